@@ -1,0 +1,126 @@
+# agentflow - one GNU Makefile (see docs/ARCHITECTURE.md).
+#   make [MODE=debug|release|asan]   build/agentflow and build/libagentflow.a
+#   make test                        build and run every cmocka test
+#   make asan                        the same tests under AddressSanitizer + UBSan
+#   make lint | format | bench | fuzz | clean
+
+MODE ?= release
+CC ?= cc
+ifeq ($(origin CC),default)
+CC := gcc
+endif
+
+PKGS := jansson libcurl libmicrohttpd
+PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS))
+PKG_LIBS := $(shell pkg-config --libs $(PKGS))
+CMOCKA_LIBS := $(shell pkg-config --libs cmocka 2>/dev/null || echo -lcmocka)
+
+WARN := -Wall -Wextra -Wpedantic -Wshadow -Wstrict-prototypes -Wmissing-prototypes \
+        -Wpointer-arith -Wcast-qual -Wwrite-strings -Wundef -Wformat=2 -Wvla \
+        -Wdouble-promotion -Wfloat-conversion -Wimplicit-fallthrough
+ifeq ($(CI),true)
+WARN += -Werror
+endif
+
+CFLAGS_BASE := -std=c11 -D_GNU_SOURCE -pthread $(WARN) -Iinclude -Isrc $(PKG_CFLAGS) -MMD -MP
+ifeq ($(MODE),debug)
+CFLAGS_MODE := -O0 -g3
+else ifeq ($(MODE),asan)
+CFLAGS_MODE := -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined
+LDFLAGS_MODE := -fsanitize=address,undefined
+else
+CFLAGS_MODE := -O2 -g
+endif
+CFLAGS_ALL := $(CFLAGS_BASE) $(CFLAGS_MODE) $(CFLAGS)
+LDLIBS_ALL := $(PKG_LIBS) -lm -pthread $(LDLIBS)
+
+B := build/$(MODE)
+LIB_SRC := $(filter-out src/cli/%,$(wildcard src/*/*.c))
+CLI_SRC := $(wildcard src/cli/*.c)
+PROMPTS := $(sort $(wildcard prompts/*.txt))
+GEN_PROMPTS := $(B)/gen/prompts_data.c
+LIB_OBJ := $(LIB_SRC:%.c=$(B)/%.o) $(B)/gen/prompts_data.o
+CLI_OBJ := $(CLI_SRC:%.c=$(B)/%.o)
+TEST_SUPPORT_SRC := $(wildcard tests/support/*.c)
+TEST_SUPPORT_OBJ := $(TEST_SUPPORT_SRC:%.c=$(B)/%.o)
+TEST_SRC := $(wildcard tests/test_*.c)
+TEST_BIN := $(TEST_SRC:tests/%.c=$(B)/tests/%)
+BENCH_SRC := $(wildcard bench/*.c)
+BENCH_BIN := $(BENCH_SRC:bench/%.c=$(B)/bench/%)
+
+LIBA := $(B)/libagentflow.a
+CLI := $(B)/agentflow
+
+.PHONY: all test asan lint format bench fuzz clean
+all: $(CLI) $(LIBA) build/agentflow build/libagentflow.a
+
+# Stable paths for users and scripts, whatever the MODE.
+build/agentflow: $(CLI)
+	@ln -sf $(MODE)/agentflow $@
+build/libagentflow.a: $(LIBA)
+	@ln -sf $(MODE)/libagentflow.a $@
+
+$(B)/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) -c $< -o $@
+
+$(B)/embed: scripts/embed.c
+	@mkdir -p $(dir $@)
+	$(CC) -std=c11 -O1 -Wall -Wextra $< -o $@
+
+$(GEN_PROMPTS): $(PROMPTS) $(B)/embed
+	@mkdir -p $(dir $@)
+	$(B)/embed $@ $(PROMPTS)
+
+$(B)/gen/prompts_data.o: $(GEN_PROMPTS)
+	$(CC) $(CFLAGS_ALL) -c $< -o $@
+
+$(LIBA): $(LIB_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(CLI): $(CLI_OBJ) $(LIBA)
+	$(CC) $(LDFLAGS_MODE) $(LDFLAGS) -o $@ $(CLI_OBJ) $(LIBA) $(LDLIBS_ALL)
+
+$(B)/tests/%: tests/%.c $(TEST_SUPPORT_OBJ) $(LIBA)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) -Itests $(LDFLAGS_MODE) $(LDFLAGS) -o $@ $< $(TEST_SUPPORT_OBJ) $(LIBA) $(LDLIBS_ALL) $(CMOCKA_LIBS)
+
+$(B)/tests/support/%.o: tests/support/%.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) -Itests -c $< -o $@
+
+$(B)/bench/%: bench/%.c $(TEST_SUPPORT_OBJ) $(LIBA)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) -Itests $(LDFLAGS_MODE) $(LDFLAGS) -o $@ $< $(TEST_SUPPORT_OBJ) $(LIBA) $(LDLIBS_ALL)
+
+# Each test binary runs with AGENTFLOW_BIN pointing at the CLI for end-to-end tests.
+test: $(TEST_BIN) $(CLI)
+	@AGENTFLOW_BIN=$(abspath $(CLI)) AGENTFLOW_SRC=$(CURDIR) sh tests/run_all.sh $(TEST_BIN)
+
+asan:
+	$(MAKE) MODE=asan test
+
+bench: $(BENCH_BIN) $(CLI)
+
+FORMAT_SRC := $(shell git ls-files '*.c' '*.h' 2>/dev/null)
+lint:
+	@echo "clang-format check"; clang-format --dry-run --Werror $(FORMAT_SRC)
+	@echo "cppcheck"; cppcheck --quiet --error-exitcode=1 --enable=warning,performance,portability \
+	    --inline-suppr --suppress=missingIncludeSystem -Iinclude -Isrc -D__GNUC__ src tests bench
+
+format:
+	clang-format -i $(FORMAT_SRC)
+
+FUZZ_SRC := $(wildcard tests/fuzz/fuzz_*.c)
+FUZZ_BIN := $(FUZZ_SRC:tests/fuzz/%.c=build/fuzz/%)
+fuzz: $(FUZZ_BIN)
+build/fuzz/%: tests/fuzz/%.c $(LIB_SRC) $(GEN_PROMPTS)
+	@mkdir -p $(dir $@)
+	clang -std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined -Iinclude -Isrc $(PKG_CFLAGS) \
+	    -o $@ $< $(LIB_SRC) $(GEN_PROMPTS) $(PKG_LIBS) -lm -pthread
+
+clean:
+	rm -rf build
+
+-include $(shell find build -name '*.d' 2>/dev/null)

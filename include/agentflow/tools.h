@@ -1,0 +1,119 @@
+/*
+ * tools.h - tool cards, the tool registry, and the call interface.
+ *
+ * A tool has a card (name, description, typed parameters with defaults, output type,
+ * limitations) and a call function that receives already-parsed, validated JSON arguments and
+ * returns a JSON result. The executor never hands model text to a tool.
+ *
+ * Results use jansson's json_t. Thread-safety: a registry is read-only after setup and may be
+ * shared by concurrent flows; a tool's call function must be safe from any thread.
+ */
+#ifndef AGENTFLOW_TOOLS_H
+#define AGENTFLOW_TOOLS_H
+
+#include <jansson.h>
+#include <stddef.h>
+
+#include "agentflow/err.h"
+#include "agentflow/llm.h"
+
+enum af_param_type {
+    AF_PARAM_STR,
+    AF_PARAM_INT,
+    AF_PARAM_FLOAT, /* accepts ints too */
+    AF_PARAM_BOOL,
+    AF_PARAM_LIST,
+    AF_PARAM_DICT,
+    AF_PARAM_ANY
+};
+
+struct af_tool_param {
+    const char *name;
+    enum af_param_type type;
+    int required;
+    const char *default_json; /* JSON text of the default when not required, or NULL */
+    const char *description;
+};
+
+#define AF_TOOL_MAX_PARAMS 16
+#define AF_TOOL_MAX_DEMOS 4
+
+struct af_tool_card {
+    const char *name;        /* the long name the planner sees, e.g. Generalist_Solution_Generator_Tool */
+    const char *description;
+    const char *version;
+    size_t n_params;
+    struct af_tool_param params[AF_TOOL_MAX_PARAMS];
+    const char *output_type;
+    const char *limitations;
+    const char *best_practices;
+    size_t n_demos;
+    const char *demo_commands[AF_TOOL_MAX_DEMOS]; /* shown to the executor, never run */
+    const char *demo_descriptions[AF_TOOL_MAX_DEMOS];
+    int requires_llm;
+};
+
+/* What a call gets besides its arguments. Everything is borrowed for the duration of the call. */
+struct af_tool_ctx {
+    struct af_llm *llm;               /* the tool's LLM back-end, or NULL */
+    const struct af_sampling *sampling; /* sampling for that back-end */
+    const char *model;                /* model name for that back-end, or NULL */
+    double deadline_ms;               /* af_clock_ms() value after which to give up; 0 = none */
+};
+
+/* Runs the tool. `args` is validated against the card (defaults filled). On success sets
+ * *result (owned by the caller, json_decref) and returns 0. On failure returns AF_E* and sets
+ * *result to a JSON string or object that describes the error. */
+typedef int (*af_tool_call_fn)(void *self, const json_t *args, const struct af_tool_ctx *ctx,
+                               json_t **result);
+
+struct af_tool;
+
+/* Creates a tool. The card is copied by pointer: it must outlive the tool (static cards).
+ * `self` is owned by the tool and released with `free_self` (may be NULL). */
+struct af_tool *af_tool_new(const struct af_tool_card *card, af_tool_call_fn call, void *self,
+                            void (*free_self)(void *));
+void af_tool_free(struct af_tool *t);
+const struct af_tool_card *af_tool_card(const struct af_tool *t);
+AF_NODISCARD int af_tool_call(struct af_tool *t, const json_t *args, const struct af_tool_ctx *ctx,
+                              json_t **result);
+
+/* The card as a JSON object: {tool_name, tool_description, tool_version, input_types,
+ * output_type, demo_commands, user_metadata, require_llm_engine}. Owned by the caller. */
+json_t *af_tool_card_json(const struct af_tool_card *card);
+
+/* Canonical form of a tool name: split on runs of ' ' and '_', lowercase, join with '_'.
+ * Writes at most outlen-1 bytes and NUL-terminates. */
+void af_tool_canonical_name(const char *name, char *out, size_t outlen);
+
+/* Checks `args` (a JSON object of keyword arguments; positional ones already mapped by name)
+ * against the card: unknown names, missing required ones and wrong types are errors. On
+ * success *out is a new object with defaults filled in (owned by the caller). On failure
+ * returns AF_EINVAL and writes a message naming the argument into err. */
+AF_NODISCARD int af_tool_validate_args(const struct af_tool_card *card, const json_t *args,
+                                       json_t **out, char *err, size_t errlen);
+
+/* --- Registry --------------------------------------------------------------------------- */
+struct af_tool_registry;
+
+struct af_tool_registry *af_tool_registry_new(void);
+/* Frees the registry and every tool in it. Accepts NULL. */
+void af_tool_registry_free(struct af_tool_registry *r);
+/* Adds a tool; the registry takes ownership. Fails with AF_EINVAL on a duplicate name. */
+AF_NODISCARD int af_tool_registry_add(struct af_tool_registry *r, struct af_tool *t);
+size_t af_tool_registry_count(const struct af_tool_registry *r);
+/* Tools in alphabetical order of their names. Borrowed. */
+struct af_tool *af_tool_registry_at(const struct af_tool_registry *r, size_t i);
+/* Finds a tool by name after canonicalisation (case, spaces, underscores). Borrowed or NULL. */
+struct af_tool *af_tool_registry_find(const struct af_tool_registry *r, const char *name);
+
+/* Creates every built-in tool whose name is in `names` (comma-separated long names, canonical
+ * matching; NULL or "" = all built-ins) and adds it to r. An unknown name fails with
+ * AF_ENOTFOUND and a message naming it. */
+AF_NODISCARD int af_tool_registry_add_builtins(struct af_tool_registry *r, const char *names,
+                                               char *err, size_t errlen);
+
+/* Built-in tools. */
+struct af_tool *af_tool_base_generator_new(void);
+
+#endif
