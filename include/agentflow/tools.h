@@ -59,7 +59,15 @@ struct af_tool_ctx {
     const struct af_sampling *sampling; /* sampling for that back-end */
     const char *model;                /* model name for that back-end, or NULL */
     double deadline_ms;               /* af_clock_ms() value after which to give up; 0 = none */
+    /* Optional: told about every LLM call the tool makes (for traces and usage). */
+    void (*on_llm_call)(void *user, const struct af_llm_request *req,
+                        const struct af_llm_reply *reply);
+    void *user;
 };
+
+/* Sends req on ctx->llm and reports the call to ctx->on_llm_call. Returns reply->err. */
+AF_NODISCARD int af_tool_ctx_chat(const struct af_tool_ctx *ctx, const struct af_llm_request *req,
+                                  struct af_llm_reply *reply);
 
 /* Runs the tool. `args` is validated against the card (defaults filled). On success sets
  * *result (owned by the caller, json_decref) and returns 0. On failure returns AF_E* and sets

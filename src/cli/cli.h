@@ -1,0 +1,21 @@
+/*
+ * cli.h - the agentflow command-line front end: subcommands and their shared helpers.
+ *
+ * Only cli/ prints and chooses exit codes: 0 ok, 2 usage, 3 back-end error, 4 bad input file.
+ */
+#ifndef AF_CLI_CLI_H
+#define AF_CLI_CLI_H
+
+#include <stdio.h>
+
+#include "agentflow/flow.h"
+
+enum { CLI_OK = 0, CLI_EUSAGE = 2, CLI_EBACKEND = 3, CLI_EINPUT = 4, CLI_EFAIL = 1 };
+
+int cmd_run(int argc, char **argv);
+int cmd_tool(int argc, char **argv);
+
+/* Maps an AF_E* code of a failed solve to an exit code. */
+int cli_exit_for(int af_err);
+
+#endif

@@ -1,0 +1,364 @@
+/*
+ * config.c - layered run configuration and the back-ends it names.
+ */
+#include "cli/config.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/xalloc.h"
+
+static void set_str(char **dst, const char *v)
+{
+    free(*dst);
+    *dst = v ? af_xstrdup(v) : NULL;
+}
+
+void config_init(struct run_config *c)
+{
+    memset(c, 0, sizeof *c);
+    struct af_flow_params d = af_flow_default_params();
+    for (int i = 0; i < AF_N_SLOTS; i++) {
+        c->slots[i].sampling = d.slots[i].sampling;
+        c->slots[i].api_key_env = af_xstrdup("OPENAI_API_KEY");
+        c->slots[i].timeout_s = 300;
+        c->slots[i].connect_timeout_s = 10;
+        c->slots[i].max_retries = 5;
+    }
+    c->max_steps = d.max_steps;
+    c->max_time_s = d.max_time_s;
+}
+
+void config_deinit(struct run_config *c)
+{
+    for (int i = 0; i < AF_N_SLOTS; i++) {
+        free(c->slots[i].url);
+        free(c->slots[i].model);
+        free(c->slots[i].api_key_env);
+        for (size_t k = 0; k < AF_LLM_MAX_STOP; k++)
+            free(c->slots[i].stop[k]);
+    }
+    free(c->tools);
+    free(c->prompts);
+    free(c->trace);
+    json_decref(c->effective);
+    memset(c, 0, sizeof *c);
+}
+
+void config_set_url(struct run_config *c, int slot, const char *url)
+{
+    for (int i = 0; i < AF_N_SLOTS; i++)
+        if (slot < 0 || slot == i)
+            set_str(&c->slots[i].url, url);
+}
+
+void config_set_model(struct run_config *c, int slot, const char *model)
+{
+    for (int i = 0; i < AF_N_SLOTS; i++)
+        if (slot < 0 || slot == i)
+            set_str(&c->slots[i].model, model);
+}
+
+static int bad(char *err, size_t errlen, const char *origin, const char *key, const char *want)
+{
+    snprintf(err, errlen, "%s: key '%s' must be %s", origin, key, want);
+    return AF_EINVAL;
+}
+
+static int apply_stop(struct slot_cfg *s, const json_t *v, const char *origin, const char *key,
+                      char *err, size_t errlen)
+{
+    if (!json_is_array(v) || json_array_size(v) > AF_LLM_MAX_STOP)
+        return bad(err, errlen, origin, key, "a list of at most 8 strings");
+    for (size_t k = 0; k < AF_LLM_MAX_STOP; k++) {
+        free(s->stop[k]);
+        s->stop[k] = NULL;
+    }
+    s->sampling.n_stop = 0;
+    for (size_t k = 0; k < json_array_size(v); k++) {
+        const char *t = json_string_value(json_array_get(v, k));
+        if (!t)
+            return bad(err, errlen, origin, key, "a list of strings");
+        s->stop[k] = af_xstrdup(t);
+        s->sampling.stop[k] = s->stop[k];
+        s->sampling.n_stop = k + 1;
+    }
+    return AF_OK;
+}
+
+/* One key of a slot object ("planner": {...}) or of the top level (applied to every slot). */
+static int apply_slot_key(struct slot_cfg *s, const char *k, const json_t *v, const char *origin,
+                          char *err, size_t errlen)
+{
+    if (!strcmp(k, "url") || !strcmp(k, "model") || !strcmp(k, "api_key_env")) {
+        if (!json_is_string(v))
+            return bad(err, errlen, origin, k, "a string");
+        set_str(!strcmp(k, "url") ? &s->url : !strcmp(k, "model") ? &s->model : &s->api_key_env,
+                json_string_value(v));
+    } else if (!strcmp(k, "temperature") || !strcmp(k, "top_p") ||
+               !strcmp(k, "frequency_penalty") || !strcmp(k, "timeout_s") ||
+               !strcmp(k, "connect_timeout_s")) {
+        if (!json_is_number(v) || json_number_value(v) < 0)
+            return bad(err, errlen, origin, k, "a non-negative number");
+        double d = json_number_value(v);
+        double *dst = !strcmp(k, "temperature")         ? &s->sampling.temperature
+                      : !strcmp(k, "top_p")             ? &s->sampling.top_p
+                      : !strcmp(k, "frequency_penalty") ? &s->sampling.frequency_penalty
+                      : !strcmp(k, "timeout_s")         ? &s->timeout_s
+                                                        : &s->connect_timeout_s;
+        *dst = d;
+    } else if (!strcmp(k, "max_tokens") || !strcmp(k, "max_retries")) {
+        if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > 1000000)
+            return bad(err, errlen, origin, k, "a non-negative integer");
+        if (!strcmp(k, "max_tokens"))
+            s->sampling.max_tokens = (int)json_integer_value(v);
+        else
+            s->max_retries = (int)json_integer_value(v);
+    } else if (!strcmp(k, "seed")) {
+        if (!json_is_integer(v))
+            return bad(err, errlen, origin, k, "an integer");
+        s->sampling.has_seed = 1;
+        s->sampling.seed = (int64_t)json_integer_value(v);
+    } else if (!strcmp(k, "stop")) {
+        return apply_stop(s, v, origin, k, err, errlen);
+    } else {
+        return 1; /* not a slot key */
+    }
+    return AF_OK;
+}
+
+static int slot_index(const char *name)
+{
+    for (int i = 0; i < AF_N_SLOTS; i++)
+        if (!strcmp(name, af_slot_name(i)))
+            return i;
+    return -1;
+}
+
+static int apply_tools(struct run_config *c, const json_t *v, const char *origin, char *err,
+                       size_t errlen)
+{
+    if (json_is_string(v)) {
+        set_str(&c->tools, json_string_value(v));
+        return AF_OK;
+    }
+    if (!json_is_array(v))
+        return bad(err, errlen, origin, "tools", "a string or a list of tool names");
+    char buf[4096];
+    size_t used = 0;
+    buf[0] = '\0';
+    for (size_t i = 0; i < json_array_size(v); i++) {
+        const char *t = json_string_value(json_array_get(v, i));
+        if (!t || used >= sizeof buf)
+            return bad(err, errlen, origin, "tools", "a list of tool names");
+        used += (size_t)snprintf(buf + used, sizeof buf - used, "%s%s", i ? "," : "", t);
+    }
+    set_str(&c->tools, buf);
+    return AF_OK;
+}
+
+static int apply_top_key(struct run_config *c, const char *k, const json_t *v,
+                         const char *origin, char *err, size_t errlen)
+{
+    if (!strcmp(k, "max_steps")) {
+        if (!json_is_integer(v) || json_integer_value(v) < 1 || json_integer_value(v) > 1000)
+            return bad(err, errlen, origin, k, "an integer from 1 to 1000");
+        c->max_steps = (int)json_integer_value(v);
+    } else if (!strcmp(k, "max_time")) {
+        if (!json_is_number(v) || json_number_value(v) <= 0)
+            return bad(err, errlen, origin, k, "a positive number of seconds");
+        c->max_time_s = json_number_value(v);
+    } else if (!strcmp(k, "tools")) {
+        return apply_tools(c, v, origin, err, errlen);
+    } else if (!strcmp(k, "prompts") || !strcmp(k, "trace")) {
+        if (!json_is_string(v))
+            return bad(err, errlen, origin, k, "a string");
+        set_str(!strcmp(k, "prompts") ? &c->prompts : &c->trace, json_string_value(v));
+    } else if (!strcmp(k, "detailed")) {
+        if (!json_is_boolean(v))
+            return bad(err, errlen, origin, k, "true or false");
+        c->detailed = json_is_true(v);
+    } else {
+        snprintf(err, errlen, "%s: unknown key '%s'", origin, k);
+        return AF_EINVAL;
+    }
+    return AF_OK;
+}
+
+int config_apply_json(struct run_config *c, json_t *j, const char *origin, char *err,
+                      size_t errlen)
+{
+    if (!json_is_object(j)) {
+        snprintf(err, errlen, "%s: the configuration must be a JSON object", origin);
+        return AF_EINVAL;
+    }
+    const char *k;
+    json_t *v;
+    json_object_foreach(j, k, v)
+    {
+        int si = slot_index(k);
+        if (si >= 0) {
+            if (!json_is_object(v))
+                return bad(err, errlen, origin, k, "an object of slot settings");
+            const char *sk;
+            json_t *sv;
+            json_object_foreach(v, sk, sv)
+            {
+                char where[256];
+                snprintf(where, sizeof where, "%s: %s", origin, k);
+                int rc = apply_slot_key(&c->slots[si], sk, sv, where, err, errlen);
+                if (rc == 1) {
+                    snprintf(err, errlen, "%s: unknown key '%s.%s'", origin, k, sk);
+                    return AF_EINVAL;
+                }
+                if (rc)
+                    return rc;
+            }
+            continue;
+        }
+        int rc = 1;
+        for (int i = 0; i < AF_N_SLOTS; i++) {
+            rc = apply_slot_key(&c->slots[i], k, v, origin, err, errlen);
+            if (rc != AF_OK)
+                break;
+        }
+        if (rc == 1)
+            rc = apply_top_key(c, k, v, origin, err, errlen);
+        if (rc)
+            return rc;
+    }
+    return AF_OK;
+}
+
+/* AGENTFLOW_URL, AGENTFLOW_MODEL, AGENTFLOW_<SLOT>_URL, AGENTFLOW_<SLOT>_MODEL,
+ * AGENTFLOW_MAX_STEPS, AGENTFLOW_MAX_TIME, AGENTFLOW_TOOLS, AGENTFLOW_PROMPTS. */
+int config_apply_env(struct run_config *c, char *err, size_t errlen)
+{
+    const char *v;
+    if ((v = getenv("AGENTFLOW_URL")) && *v)
+        config_set_url(c, -1, v);
+    if ((v = getenv("AGENTFLOW_MODEL")) && *v)
+        config_set_model(c, -1, v);
+    static const char *upper[AF_N_SLOTS] = {"PLANNER", "FIXED", "EXECUTOR", "TOOL"};
+    for (int i = 0; i < AF_N_SLOTS; i++) {
+        char name[64];
+        snprintf(name, sizeof name, "AGENTFLOW_%s_URL", upper[i]);
+        if ((v = getenv(name)) && *v)
+            config_set_url(c, i, v);
+        snprintf(name, sizeof name, "AGENTFLOW_%s_MODEL", upper[i]);
+        if ((v = getenv(name)) && *v)
+            config_set_model(c, i, v);
+    }
+    if ((v = getenv("AGENTFLOW_MAX_STEPS")) && *v) {
+        char *end;
+        long n = strtol(v, &end, 10);
+        if (*end || n < 1 || n > 1000) {
+            snprintf(err, errlen, "environment: AGENTFLOW_MAX_STEPS='%s' is not 1..1000", v);
+            return AF_EINVAL;
+        }
+        c->max_steps = (int)n;
+    }
+    if ((v = getenv("AGENTFLOW_MAX_TIME")) && *v) {
+        char *end;
+        double d = strtod(v, &end);
+        if (*end || d <= 0) {
+            snprintf(err, errlen, "environment: AGENTFLOW_MAX_TIME='%s' is not a positive number",
+                     v);
+            return AF_EINVAL;
+        }
+        c->max_time_s = d;
+    }
+    if ((v = getenv("AGENTFLOW_TOOLS")) && *v)
+        set_str(&c->tools, v);
+    if ((v = getenv("AGENTFLOW_PROMPTS")) && *v)
+        set_str(&c->prompts, v);
+    return AF_OK;
+}
+
+static struct af_llm *open_one(const struct slot_cfg *s, const char *slot, char *err,
+                               size_t errlen)
+{
+    if (!s->url || !s->url[0]) {
+        snprintf(err, errlen,
+                 "no back-end URL for the %s slot: pass --url URL (or --%s-url), set "
+                 "AGENTFLOW_URL, or put \"url\" in the --config file",
+                 slot, slot);
+        return NULL;
+    }
+    if (!strncmp(s->url, "scripted:", 9))
+        return af_llm_scripted_new_file(s->url + 9, err, errlen);
+    if (!strncmp(s->url, "gguf:", 5)) {
+        snprintf(err, errlen, "%s slot: the in-process gguf engine is not part of this build yet",
+                 slot);
+        return NULL;
+    }
+    if (strncmp(s->url, "http://", 7) && strncmp(s->url, "https://", 8)) {
+        snprintf(err, errlen,
+                 "%s slot: URL '%s' must start with http://, https://, scripted: or gguf:", slot,
+                 s->url);
+        return NULL;
+    }
+    struct af_llm_openai_params p = af_llm_openai_default_params();
+    p.base_url = s->url;
+    p.model = s->model;
+    p.api_key = s->api_key_env ? getenv(s->api_key_env) : NULL;
+    p.timeout_ms = (long)(s->timeout_s * 1000.0);
+    p.connect_timeout_ms = (long)(s->connect_timeout_s * 1000.0);
+    p.max_retries = s->max_retries;
+    return af_llm_openai_new(&p, err, errlen);
+}
+
+static int same_endpoint(const struct slot_cfg *a, const struct slot_cfg *b)
+{
+    return a->url && b->url && !strcmp(a->url, b->url) &&
+           !strcmp(a->api_key_env ? a->api_key_env : "", b->api_key_env ? b->api_key_env : "") &&
+           a->timeout_s == b->timeout_s && a->connect_timeout_s == b->connect_timeout_s &&
+           a->max_retries == b->max_retries;
+}
+
+int backends_open(const struct run_config *c, struct backends *b, char *err, size_t errlen)
+{
+    memset(b, 0, sizeof *b);
+    for (int i = 0; i < AF_N_SLOTS; i++) {
+        for (int k = 0; k < i && !b->llm[i]; k++)
+            if (same_endpoint(&c->slots[i], &c->slots[k]))
+                b->llm[i] = b->llm[k];
+        if (b->llm[i])
+            continue;
+        /* The tool slot is optional: without its own URL, tools use the fixed slot. */
+        if (i == AF_SLOT_TOOL && (!c->slots[i].url || !c->slots[i].url[0])) {
+            b->llm[i] = b->llm[AF_SLOT_FIXED];
+            continue;
+        }
+        struct af_llm *llm = open_one(&c->slots[i], af_slot_name(i), err, errlen);
+        if (!llm) {
+            backends_close(b);
+            return AF_EINVAL;
+        }
+        b->owned[b->n_owned++] = llm;
+        b->llm[i] = llm;
+    }
+    return AF_OK;
+}
+
+void backends_close(struct backends *b)
+{
+    for (size_t i = 0; i < b->n_owned; i++)
+        af_llm_free(b->owned[i]);
+    memset(b, 0, sizeof *b);
+}
+
+void config_flow_params(const struct run_config *c, const struct backends *b,
+                        struct af_flow_params *p)
+{
+    *p = af_flow_default_params();
+    p->max_steps = c->max_steps;
+    p->max_time_s = c->max_time_s;
+    p->detailed_answer = c->detailed;
+    for (int i = 0; i < AF_N_SLOTS; i++) {
+        p->slots[i].llm = b->llm[i];
+        p->slots[i].model = c->slots[i].model;
+        p->slots[i].sampling = c->slots[i].sampling;
+    }
+}

@@ -1,0 +1,62 @@
+/*
+ * main.c - the agentflow CLI entry point: dispatches to a subcommand.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli/cli.h"
+
+#define AGENTFLOW_VERSION "0.1.0"
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: agentflow COMMAND [options]\n"
+               "\n"
+               "commands:\n"
+               "  run      answer a query (or a batch of queries) with the agent flow\n"
+               "  tool     list the tools or call one directly\n"
+               "  version  print the version\n"
+               "\n"
+               "Run 'agentflow COMMAND --help' for a command's options.\n");
+}
+
+int cli_exit_for(int af_err)
+{
+    switch (af_err) {
+    case AF_OK:
+        return CLI_OK;
+    case AF_EBACKEND:
+    case AF_ETIMEOUT:
+    case AF_EIO:
+    case AF_ENOTFOUND:
+        return CLI_EBACKEND;
+    case AF_EINVAL:
+        return CLI_EUSAGE;
+    default:
+        return CLI_EFAIL;
+    }
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        usage(stderr);
+        return CLI_EUSAGE;
+    }
+    const char *cmd = argv[1];
+    if (strcmp(cmd, "run") == 0)
+        return cmd_run(argc - 1, argv + 1);
+    if (strcmp(cmd, "tool") == 0)
+        return cmd_tool(argc - 1, argv + 1);
+    if (strcmp(cmd, "version") == 0 || strcmp(cmd, "--version") == 0) {
+        printf("agentflow %s\n", AGENTFLOW_VERSION);
+        return CLI_OK;
+    }
+    if (strcmp(cmd, "help") == 0 || strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0) {
+        usage(stdout);
+        return CLI_OK;
+    }
+    fprintf(stderr, "agentflow: unknown command '%s'\n", cmd);
+    usage(stderr);
+    return CLI_EUSAGE;
+}

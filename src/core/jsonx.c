@@ -1,0 +1,87 @@
+/*
+ * jsonx.c - jansson helpers: UTF-8 repair, typed getters, counters.
+ */
+#include "core/jsonx.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/buf.h"
+
+/* Length of the valid UTF-8 sequence at p (at most n bytes), or 0 when invalid. */
+static size_t utf8_seq(const unsigned char *p, size_t n)
+{
+    unsigned c = p[0];
+    size_t len;
+    unsigned min;
+    if (c < 0x80)
+        return 1;
+    if (c >= 0xC2 && c <= 0xDF)
+        len = 2, min = 0x80;
+    else if (c >= 0xE0 && c <= 0xEF)
+        len = 3, min = 0x800;
+    else if (c >= 0xF0 && c <= 0xF4)
+        len = 4, min = 0x10000;
+    else
+        return 0;
+    if (n < len)
+        return 0;
+    unsigned cp = c & (0xFFu >> (len + 1));
+    for (size_t i = 1; i < len; i++) {
+        if ((p[i] & 0xC0) != 0x80)
+            return 0;
+        cp = (cp << 6) | (p[i] & 0x3F);
+    }
+    if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
+        return 0;
+    return len;
+}
+
+char *af_utf8_repair(const char *s, size_t len)
+{
+    struct af_buf b;
+    af_buf_init(&b, AF_BUF_NOLIMIT);
+    const unsigned char *p = (const unsigned char *)s;
+    size_t i = 0;
+    while (i < len) {
+        size_t k = p[i] ? utf8_seq(p + i, len - i) : 0;
+        if (k) {
+            (void)af_buf_append(&b, p + i, k);
+            i += k;
+        } else {
+            (void)af_buf_puts(&b, p[i] ? "\xEF\xBF\xBD" : "");
+            i++;
+        }
+    }
+    return af_buf_detach(&b);
+}
+
+json_t *af_json_textn(const char *s, size_t len)
+{
+    if (!s)
+        return json_string("");
+    json_t *j = json_stringn(s, len);
+    if (j)
+        return j;
+    char *fixed = af_utf8_repair(s, len);
+    j = json_string(fixed);
+    free(fixed);
+    return j ? j : json_string("");
+}
+
+json_t *af_json_text(const char *s)
+{
+    return af_json_textn(s, s ? strlen(s) : 0);
+}
+
+const char *af_json_get_str(const json_t *obj, const char *key)
+{
+    return json_string_value(json_object_get(obj, key));
+}
+
+void af_json_add_int(json_t *obj, const char *key, json_int_t n)
+{
+    json_t *v = json_object_get(obj, key);
+    json_int_t cur = json_is_integer(v) ? json_integer_value(v) : 0;
+    json_object_set_new(obj, key, json_integer(cur + n));
+}

@@ -1,0 +1,393 @@
+/*
+ * solver.c - one solve: query analysis, up to max_steps planner/executor/verifier turns within
+ * max_time, then the solution generator. Memory, usage and timings are local to the call.
+ *
+ * Module replies that do not parse get max_parse_retries more tries with a short correction;
+ * after that the step is recorded as failed and the loop goes on. A back-end error (after the
+ * back-end's own retries) ends the solve with out->err set; nothing else does.
+ */
+#include "agentflow/flow.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/buf.h"
+#include "core/clock.h"
+#include "core/jsonx.h"
+#include "core/xalloc.h"
+#include "flow/executor.h"
+#include "flow/memory.h"
+#include "flow/parse.h"
+#include "flow/pycall.h"
+#include "flow/prompts.h"
+#include "flow/solve_int.h"
+
+const char *af_slot_name(enum af_slot s)
+{
+    static const char *names[AF_N_SLOTS] = {"planner", "fixed", "executor", "tool"};
+    return (unsigned)s < AF_N_SLOTS ? names[s] : "?";
+}
+
+struct af_flow_params af_flow_default_params(void)
+{
+    struct af_flow_params p;
+    memset(&p, 0, sizeof p);
+    p.max_steps = 10;
+    p.max_time_s = 300;
+    p.max_parse_retries = 1;
+    p.max_result_chars = 100000;
+    p.tool_timeout_s = 120;
+    for (int i = 0; i < AF_N_SLOTS; i++)
+        p.slots[i].sampling = af_llm_default_sampling();
+    p.slots[AF_SLOT_PLANNER].sampling.temperature = 0.7;
+    p.slots[AF_SLOT_PLANNER].sampling.top_p = 0.99;
+    p.slots[AF_SLOT_PLANNER].sampling.frequency_penalty = 1.2;
+    return p;
+}
+
+void af_flow_result_deinit(struct af_flow_result *r)
+{
+    if (!r)
+        return;
+    free(r->answer);
+    free(r->direct_output);
+    free(r->final_output);
+    free(r->query_analysis);
+    free(r->errmsg);
+    json_decref(r->memory);
+    json_decref(r->usage);
+    json_decref(r->timings);
+    memset(r, 0, sizeof *r);
+}
+
+static void init_ctx(struct solve_ctx *c, const struct af_flow_params *p, const char *qid,
+                     const char *query, struct af_flow_result *out)
+{
+    memset(c, 0, sizeof *c);
+    c->p = p;
+    c->qid = qid ? qid : "";
+    c->query = query;
+    c->out = out;
+    c->t0 = af_clock_ms();
+    memory_init(&c->mem);
+    c->out->usage = json_object();
+    c->out->timings = json_object();
+    c->step_timings = json_array();
+    json_t *names = json_array(), *cards = json_object();
+    size_t n = p->tools ? af_tool_registry_count(p->tools) : 0;
+    for (size_t i = 0; i < n; i++) {
+        const struct af_tool_card *card = af_tool_card(af_tool_registry_at(p->tools, i));
+        json_array_append_new(names, json_string(card->name));
+        json_object_set_new(cards, card->name, af_tool_card_json(card));
+    }
+    c->available_tools = json_dumps(names, JSON_COMPACT);
+    c->toolbox_metadata = json_dumps(cards, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+    json_decref(names);
+    json_decref(cards);
+}
+
+static void finish_ctx(struct solve_ctx *c)
+{
+    struct af_flow_result *out = c->out;
+    out->memory = c->mem.actions;
+    c->mem.actions = NULL;
+    memory_deinit(&c->mem);
+    out->steps = c->step;
+    json_object_set_new(out->timings, "total_ms", json_real(af_clock_ms() - c->t0));
+    json_object_set_new(out->timings, "steps", c->step_timings);
+    free(c->available_tools);
+    free(c->toolbox_metadata);
+}
+
+/* Query analysis: the reference's "Step 0". */
+static int analyze_query(struct solve_ctx *c)
+{
+    struct prompt_var v[] = {{"query", c->query},
+                             {"available_tools", c->available_tools},
+                             {"toolbox_metadata", c->toolbox_metadata}};
+    char *prompt = prompt_render(c->p->prompts, "query_analysis", v, 3);
+    double t0 = af_clock_ms();
+    char *text = NULL;
+    int rc = solve_chat(c, AF_SLOT_FIXED, "query_analysis", prompt, NULL, NULL, &text);
+    free(prompt);
+    json_object_set_new(c->out->timings, "query_analysis_ms", json_real(af_clock_ms() - t0));
+    if (rc)
+        return rc;
+    c->out->query_analysis = text;
+    return AF_OK;
+}
+
+/* Planner call with one correction round per allowed retry. */
+static int plan_step(struct solve_ctx *c, struct next_step *ns, char *why, size_t whylen)
+{
+    char *mem = memory_render(&c->mem);
+    char step[16], maxs[16], left[16];
+    snprintf(step, sizeof step, "%d", c->step);
+    snprintf(maxs, sizeof maxs, "%d", c->p->max_steps);
+    snprintf(left, sizeof left, "%d", c->p->max_steps - c->step + 1);
+    struct prompt_var v[] = {{"query", c->query},
+                             {"query_analysis", c->out->query_analysis},
+                             {"available_tools", c->available_tools},
+                             {"toolbox_metadata", c->toolbox_metadata},
+                             {"memory", mem},
+                             {"step", step},
+                             {"max_steps", maxs},
+                             {"remaining_steps", left}};
+    char *prompt = prompt_render(c->p->prompts, "next_step", v, sizeof v / sizeof v[0]);
+    free(mem);
+    char *text = NULL, *prev = NULL, *retry = NULL;
+    int rc = AF_EPARSE;
+    for (int attempt = 0; attempt <= c->p->max_parse_retries; attempt++) {
+        rc = solve_chat(c, AF_SLOT_PLANNER, "planner", prompt, prev, retry, &text);
+        if (rc)
+            break;
+        rc = parse_next_step(text, ns, why, whylen);
+        free(prev);
+        prev = text;
+        text = NULL;
+        if (rc == AF_OK)
+            break;
+        free(retry);
+        struct prompt_var rv[] = {{"error", why}, {"available_tools", c->available_tools}};
+        retry = prompt_render(c->p->prompts, "retry_planner", rv, 2);
+    }
+    free(prompt);
+    free(prev);
+    free(retry);
+    return rc;
+}
+
+/* Executor call: writes the command for the chosen tool, with a correction round when no
+ * command can be parsed. On success *command is set (owned). */
+static int write_command(struct solve_ctx *c, const struct next_step *ns, struct af_tool *tool,
+                         char **command, char *why, size_t whylen)
+{
+    const struct af_tool_card *card = af_tool_card(tool);
+    json_t *cj = af_tool_card_json(card);
+    char *card_text = json_dumps(cj, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+    json_decref(cj);
+    struct prompt_var v[] = {{"query", c->query},
+                             {"sub_goal", ns->sub_goal},
+                             {"tool_name", card->name},
+                             {"tool_card", card_text},
+                             {"context", ns->context}};
+    char *prompt = prompt_render(c->p->prompts, "tool_command", v, sizeof v / sizeof v[0]);
+    free(card_text);
+    char *text = NULL, *prev = NULL, *retry = NULL;
+    int rc = AF_EPARSE;
+    *command = NULL;
+    for (int attempt = 0; attempt <= c->p->max_parse_retries; attempt++) {
+        rc = solve_chat(c, AF_SLOT_EXECUTOR, "executor", prompt, prev, retry, &text);
+        if (rc)
+            break;
+        free(prev);
+        prev = text;
+        text = NULL;
+        *command = af_pycall_extract_command(prev);
+        rc = check_command(*command, why, whylen);
+        if (rc == AF_OK)
+            break;
+        free(*command);
+        *command = NULL;
+        free(retry);
+        struct prompt_var rv[] = {{"error", why}};
+        retry = prompt_render(c->p->prompts, "retry_executor", rv, 1);
+    }
+    free(prompt);
+    free(prev);
+    free(retry);
+    return rc;
+}
+
+static int verify(struct solve_ctx *c, int *stop)
+{
+    char *mem = memory_render(&c->mem);
+    struct prompt_var v[] = {{"query", c->query},
+                             {"available_tools", c->available_tools},
+                             {"toolbox_metadata", c->toolbox_metadata},
+                             {"query_analysis", c->out->query_analysis},
+                             {"memory", mem}};
+    char *prompt = prompt_render(c->p->prompts, "verifier", v, sizeof v / sizeof v[0]);
+    free(mem);
+    char *text = NULL;
+    int rc = solve_chat(c, AF_SLOT_FIXED, "verifier", prompt, NULL, NULL, &text);
+    free(prompt);
+    if (rc)
+        return rc;
+    int explicit_label;
+    *stop = parse_verdict(text, &explicit_label);
+    free(text);
+    return AF_OK;
+}
+
+static int generate(struct solve_ctx *c)
+{
+    double t0 = af_clock_ms();
+    char *mem = memory_render(&c->mem);
+    struct prompt_var v[] = {
+        {"query", c->query}, {"query_analysis", c->out->query_analysis}, {"memory", mem}};
+    int rc = AF_OK;
+    if (c->p->detailed_answer) {
+        char *prompt = prompt_render(c->p->prompts, "final_output", v, 3);
+        rc = solve_chat(c, AF_SLOT_FIXED, "final_output", prompt, NULL, NULL,
+                        &c->out->final_output);
+        free(prompt);
+    }
+    if (rc == AF_OK) {
+        char *prompt = prompt_render(c->p->prompts, "direct_output", v, 3);
+        rc = solve_chat(c, AF_SLOT_FIXED, "direct_output", prompt, NULL, NULL,
+                        &c->out->direct_output);
+        free(prompt);
+    }
+    free(mem);
+    json_object_set_new(c->out->timings, "generator_ms", json_real(af_clock_ms() - t0));
+    if (rc == AF_OK)
+        c->out->answer = parse_final_answer(c->out->direct_output);
+    return rc;
+}
+
+static json_t *text_result(const char *fmt, ...) AF_PRINTF(1, 2);
+static json_t *text_result(const char *fmt, ...)
+{
+    char buf[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    return af_json_text(buf);
+}
+
+/* Executor and tool for a parsed plan. Sets *command (owned) and returns the memory result. */
+static json_t *act(struct solve_ctx *c, const struct next_step *ns, char **command, int *failed,
+                   int *rc, double *tool_ms)
+{
+    struct af_tool *tool = c->p->tools ? af_tool_registry_find(c->p->tools, ns->tool_name) : NULL;
+    char why[1024];
+    *command = NULL;
+    if (!tool) {
+        *failed = 1;
+        *command = af_xstrdup("No command was generated: the tool is not available.");
+        return text_result("Tool '%s' was not found. Available tools: %s", ns->tool_name,
+                           c->available_tools);
+    }
+    *rc = write_command(c, ns, tool, command, why, sizeof why);
+    if (*rc == AF_EPARSE) {
+        *rc = AF_OK;
+        *failed = 1;
+        *command = af_xstrdup("");
+        return text_result("Error: the executor wrote no usable command for %s: %s",
+                           af_tool_card(tool)->name, why);
+    }
+    if (*rc)
+        return NULL;
+    char module[160];
+    struct af_tool_ctx tctx = solve_tool_ctx(c, module, sizeof module, af_tool_card(tool)->name);
+    double t0 = af_clock_ms();
+    struct exec_outcome o;
+    exec_run(tool, *command, &tctx, c->p->max_result_chars, &o);
+    c->tool_module = NULL;
+    *tool_ms = af_clock_ms() - t0;
+    solve_trace_tool(c, af_tool_card(tool)->name, *command, o.calls);
+    *failed = o.n_failed > 0 || o.parse_failed;
+    json_t *res = o.result;
+    o.result = NULL;
+    exec_outcome_deinit(&o);
+    return res;
+}
+
+static void report_step(struct solve_ctx *c, const char *tool, const char *sub_goal, int stop,
+                        int failed, double t0, double tool_ms)
+{
+    double now = af_clock_ms();
+    json_array_append_new(c->step_timings,
+                          json_pack("{s:i,s:f,s:f}", "step", c->step, "step_ms", now - t0,
+                                    "tool_ms", tool_ms));
+    if (!c->p->on_step)
+        return;
+    struct af_flow_step_info info = {.query_id = c->qid,
+                                     .step = c->step,
+                                     .tool = tool,
+                                     .sub_goal = sub_goal,
+                                     .verdict = stop ? "STOP" : "CONTINUE",
+                                     .elapsed_ms = now - c->t0,
+                                     .step_ms = now - t0,
+                                     .failed = failed};
+    c->p->on_step(c->p->user, &info);
+}
+
+/* One turn: plan, act, remember, verify. Returns a back-end error code or 0. */
+static int run_step(struct solve_ctx *c, int *stop)
+{
+    double t0 = af_clock_ms(), tool_ms = 0;
+    struct next_step ns;
+    char why[512];
+    char *command = NULL;
+    json_t *result = NULL;
+    int failed = 0;
+    memset(&ns, 0, sizeof ns);
+    int rc = plan_step(c, &ns, why, sizeof why);
+    if (rc == AF_EPARSE) {
+        rc = AF_OK;
+        failed = 1;
+        memset(&ns, 0, sizeof ns);
+        ns.tool_name = af_xstrdup("");
+        ns.sub_goal = af_xstrdup("");
+        command = af_xstrdup("");
+        result = text_result("Error: the planner's reply could not be parsed: %s", why);
+    } else if (rc == AF_OK) {
+        result = act(c, &ns, &command, &failed, &rc, &tool_ms);
+    }
+    if (rc == AF_OK) {
+        memory_add(&c->mem, c->step, ns.tool_name, ns.sub_goal, command, result, failed);
+        result = NULL;
+        rc = verify(c, stop);
+        if (rc == AF_OK)
+            report_step(c, ns.tool_name, ns.sub_goal, *stop, failed, t0, tool_ms);
+    }
+    json_decref(result);
+    free(command);
+    next_step_deinit(&ns);
+    return rc;
+}
+
+json_t *af_flow_result_json(const struct af_flow_result *r)
+{
+    json_t *j = json_object();
+    json_object_set_new(j, "answer", r->answer ? af_json_text(r->answer) : json_null());
+    json_object_set_new(j, "direct_output",
+                        r->direct_output ? af_json_text(r->direct_output) : json_null());
+    if (r->final_output)
+        json_object_set_new(j, "final_output", af_json_text(r->final_output));
+    json_object_set_new(j, "query_analysis",
+                        r->query_analysis ? af_json_text(r->query_analysis) : json_null());
+    json_object_set_new(j, "steps", json_integer(r->steps));
+    json_object_set(j, "memory", r->memory ? r->memory : json_null());
+    json_object_set(j, "usage", r->usage ? r->usage : json_null());
+    json_object_set(j, "timings", r->timings ? r->timings : json_null());
+    json_object_set_new(j, "error", r->err ? af_json_text(r->errmsg) : json_null());
+    return j;
+}
+
+int af_flow_solve(const struct af_flow_params *p, const char *query_id, const char *query,
+                  struct af_flow_result *out)
+{
+    memset(out, 0, sizeof *out);
+    struct solve_ctx c;
+    init_ctx(&c, p, query_id, query ? query : "", out);
+    int rc = analyze_query(&c);
+    while (rc == AF_OK && c.step < p->max_steps &&
+           af_clock_ms() - c.t0 < p->max_time_s * 1000.0) {
+        c.step++;
+        int stop = 0;
+        rc = run_step(&c, &stop);
+        if (stop)
+            break;
+    }
+    if (rc == AF_OK)
+        rc = generate(&c);
+    finish_ctx(&c);
+    solve_trace_final(&c);
+    return out->err;
+}

@@ -1,0 +1,135 @@
+/*
+ * registry.c - the set of tools a flow may use, kept sorted by name (the prompts list them in
+ * that order, as the reference does), with lookup by canonical name.
+ */
+#include "agentflow/tools.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/xalloc.h"
+
+#define NAME_MAX_LEN 256
+
+struct af_tool_registry {
+    struct af_tool **tools;
+    size_t n, cap;
+};
+
+struct af_tool_registry *af_tool_registry_new(void)
+{
+    return af_xcalloc(1, sizeof(struct af_tool_registry));
+}
+
+void af_tool_registry_free(struct af_tool_registry *r)
+{
+    if (!r)
+        return;
+    for (size_t i = 0; i < r->n; i++)
+        af_tool_free(r->tools[i]);
+    free(r->tools);
+    free(r);
+}
+
+int af_tool_registry_add(struct af_tool_registry *r, struct af_tool *t)
+{
+    const char *name = af_tool_card(t)->name;
+    if (af_tool_registry_find(r, name))
+        return AF_EINVAL;
+    if (r->n == r->cap) {
+        r->cap = r->cap ? r->cap * 2 : 8;
+        r->tools = af_xrealloc(r->tools, r->cap * sizeof *r->tools);
+    }
+    size_t pos = r->n;
+    while (pos > 0 && strcmp(af_tool_card(r->tools[pos - 1])->name, name) > 0) {
+        r->tools[pos] = r->tools[pos - 1];
+        pos--;
+    }
+    r->tools[pos] = t;
+    r->n++;
+    return AF_OK;
+}
+
+size_t af_tool_registry_count(const struct af_tool_registry *r)
+{
+    return r->n;
+}
+
+struct af_tool *af_tool_registry_at(const struct af_tool_registry *r, size_t i)
+{
+    return i < r->n ? r->tools[i] : NULL;
+}
+
+struct af_tool *af_tool_registry_find(const struct af_tool_registry *r, const char *name)
+{
+    char want[NAME_MAX_LEN], have[NAME_MAX_LEN];
+    af_tool_canonical_name(name, want, sizeof want);
+    for (size_t i = 0; i < r->n; i++) {
+        af_tool_canonical_name(af_tool_card(r->tools[i])->name, have, sizeof have);
+        if (strcmp(want, have) == 0)
+            return r->tools[i];
+    }
+    return NULL;
+}
+
+typedef struct af_tool *(*tool_ctor)(void);
+
+static const struct {
+    const char *name;
+    tool_ctor make;
+} builtins[] = {
+    {"Generalist_Solution_Generator_Tool", af_tool_base_generator_new},
+};
+
+static int add_builtin(struct af_tool_registry *r, const char *name, char *err, size_t errlen)
+{
+    char want[NAME_MAX_LEN], have[NAME_MAX_LEN];
+    af_tool_canonical_name(name, want, sizeof want);
+    if (!want[0])
+        return AF_OK;
+    for (size_t i = 0; i < sizeof builtins / sizeof builtins[0]; i++) {
+        af_tool_canonical_name(builtins[i].name, have, sizeof have);
+        if (strcmp(want, have) != 0)
+            continue;
+        if (af_tool_registry_find(r, builtins[i].name))
+            return AF_OK;
+        return af_tool_registry_add(r, builtins[i].make());
+    }
+    char known[1024];
+    size_t used = 0;
+    known[0] = '\0';
+    for (size_t i = 0; i < sizeof builtins / sizeof builtins[0] && used < sizeof known; i++)
+        used += (size_t)snprintf(known + used, sizeof known - used, "%s%s", i ? ", " : "",
+                                 builtins[i].name);
+    snprintf(err, errlen, "unknown tool '%s' (available: %s)", name, known);
+    return AF_ENOTFOUND;
+}
+
+int af_tool_registry_add_builtins(struct af_tool_registry *r, const char *names, char *err,
+                                  size_t errlen)
+{
+    if (!names || !names[0]) {
+        for (size_t i = 0; i < sizeof builtins / sizeof builtins[0]; i++)
+            if (!af_tool_registry_find(r, builtins[i].name)) {
+                int rc = af_tool_registry_add(r, builtins[i].make());
+                if (rc)
+                    return rc;
+            }
+        return AF_OK;
+    }
+    const char *p = names;
+    while (*p) {
+        const char *comma = strchr(p, ',');
+        size_t n = comma ? (size_t)(comma - p) : strlen(p);
+        char *one = af_xstrndup(p, n);
+        int rc = add_builtin(r, one, err, errlen);
+        free(one);
+        if (rc)
+            return rc;
+        p += n;
+        if (*p == ',')
+            p++;
+    }
+    return AF_OK;
+}

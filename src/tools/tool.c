@@ -1,0 +1,123 @@
+/*
+ * tool.c - the tool handle and the JSON rendering of a tool card.
+ */
+#include "agentflow/tools.h"
+
+#include <stdlib.h>
+
+#include "core/xalloc.h"
+
+struct af_tool {
+    const struct af_tool_card *card;
+    af_tool_call_fn call;
+    void *self;
+    void (*free_self)(void *);
+};
+
+struct af_tool *af_tool_new(const struct af_tool_card *card, af_tool_call_fn call, void *self,
+                            void (*free_self)(void *))
+{
+    struct af_tool *t = af_xcalloc(1, sizeof *t);
+    t->card = card;
+    t->call = call;
+    t->self = self;
+    t->free_self = free_self;
+    return t;
+}
+
+void af_tool_free(struct af_tool *t)
+{
+    if (!t)
+        return;
+    if (t->free_self)
+        t->free_self(t->self);
+    free(t);
+}
+
+const struct af_tool_card *af_tool_card(const struct af_tool *t)
+{
+    return t->card;
+}
+
+int af_tool_call(struct af_tool *t, const json_t *args, const struct af_tool_ctx *ctx,
+                 json_t **result)
+{
+    *result = NULL;
+    int rc = t->call(t->self, args, ctx, result);
+    if (!*result)
+        *result = json_string(rc == AF_OK ? "" : af_strerror(rc));
+    return rc;
+}
+
+int af_tool_ctx_chat(const struct af_tool_ctx *ctx, const struct af_llm_request *req,
+                     struct af_llm_reply *reply)
+{
+    int rc = af_llm_chat(ctx->llm, req, reply);
+    if (ctx->on_llm_call)
+        ctx->on_llm_call(ctx->user, req, reply);
+    return rc;
+}
+
+static const char *type_name(enum af_param_type t)
+{
+    switch (t) {
+    case AF_PARAM_STR:
+        return "str";
+    case AF_PARAM_INT:
+        return "int";
+    case AF_PARAM_FLOAT:
+        return "float";
+    case AF_PARAM_BOOL:
+        return "bool";
+    case AF_PARAM_LIST:
+        return "list";
+    case AF_PARAM_DICT:
+        return "dict";
+    default:
+        return "any";
+    }
+}
+
+static json_t *input_types_json(const struct af_tool_card *c)
+{
+    json_t *in = json_object();
+    for (size_t i = 0; i < c->n_params; i++) {
+        const struct af_tool_param *p = &c->params[i];
+        json_t *d = json_object();
+        json_object_set_new(d, "type", json_string(type_name(p->type)));
+        json_object_set_new(d, "required", json_boolean(p->required));
+        if (p->default_json)
+            json_object_set_new(d, "default", json_string(p->default_json));
+        json_object_set_new(d, "description", json_string(p->description ? p->description : ""));
+        json_object_set_new(in, p->name, d);
+    }
+    return in;
+}
+
+json_t *af_tool_card_json(const struct af_tool_card *c)
+{
+    json_t *j = json_object();
+    json_object_set_new(j, "tool_name", json_string(c->name));
+    json_object_set_new(j, "tool_description", json_string(c->description ? c->description : ""));
+    json_object_set_new(j, "tool_version", json_string(c->version ? c->version : "1.0"));
+    json_object_set_new(j, "input_types", input_types_json(c));
+    json_object_set_new(j, "output_type", json_string(c->output_type ? c->output_type : ""));
+    json_t *demos = json_array();
+    for (size_t i = 0; i < c->n_demos; i++) {
+        json_t *d = json_object();
+        json_object_set_new(d, "command", json_string(c->demo_commands[i]));
+        json_object_set_new(d, "description", json_string(c->demo_descriptions[i]
+                                                              ? c->demo_descriptions[i]
+                                                              : ""));
+        json_array_append_new(demos, d);
+    }
+    json_object_set_new(j, "demo_commands", demos);
+    json_t *meta = json_object();
+    if (c->limitations)
+        json_object_set_new(meta, "limitations", json_string(c->limitations));
+    if (c->best_practices)
+        json_object_set_new(meta, "best_practices", json_string(c->best_practices));
+    json_object_set_new(j, "user_metadata", meta);
+    json_object_set_new(j, "require_llm_engine", json_boolean(c->requires_llm));
+    return j;
+}

@@ -1,0 +1,366 @@
+/*
+ * test_flow.c - whole solves against the scripted back-end: a three-step solve, retries of
+ * unparsable replies, unknown tools, bad commands, back-end failures, fresh memory, traces,
+ * prompt overrides and the time budget.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "agentflow/flow.h"
+#include "core/fileio.h"
+
+#define M_ANALYSIS "Before any tool is used"
+#define M_PLANNER "You decide the single next action"
+#define M_EXECUTOR "Write the Python call"
+#define M_VERIFIER "Judge whether the work"
+#define M_DIRECT "Give the final answer"
+#define M_RETRY_PLAN "Your reply could not be used"
+
+static const char *PLAN = "Justification: need it\nContext: the query is about 6*7\n"
+                          "Sub-Goal: compute 6*7\nTool Name: generalist solution generator tool";
+static const char *CMD = "Analysis: x\nCommand Explanation: y\nGenerated Command:\n```python\n"
+                         "q = \"What is 6*7?\"\nexecution = tool.execute(query=q)\n```";
+
+struct script {
+    json_t *rules;
+};
+
+static void rule(struct script *s, const char *match, const char *reply, int times)
+{
+    json_t *r = json_pack("{s:s,s:s}", "match", match, "reply", reply);
+    if (times > 0)
+        json_object_set_new(r, "times", json_integer(times));
+    json_array_append_new(s->rules, r);
+}
+
+static void rule_error(struct script *s, const char *match, const char *msg)
+{
+    json_array_append_new(s->rules, json_pack("{s:s,s:s}", "match", match, "error", msg));
+}
+
+static struct af_llm *make_llm(struct script *s)
+{
+    json_t *doc = json_pack("{s:o}", "rules", s->rules);
+    char *text = json_dumps(doc, 0);
+    json_decref(doc);
+    char err[256];
+    struct af_llm *llm = af_llm_scripted_new(text, err, sizeof err);
+    free(text);
+    assert_non_null(llm);
+    return llm;
+}
+
+struct fixture {
+    struct af_llm *llm;
+    struct af_tool_registry *reg;
+    struct af_flow_params p;
+};
+
+static void setup_fixture(struct fixture *f, struct script *s)
+{
+    f->llm = make_llm(s);
+    f->reg = af_tool_registry_new();
+    char err[256];
+    assert_int_equal(af_tool_registry_add_builtins(f->reg, NULL, err, sizeof err), AF_OK);
+    f->p = af_flow_default_params();
+    for (int i = 0; i < AF_N_SLOTS; i++)
+        f->p.slots[i].llm = f->llm;
+    f->p.tools = f->reg;
+}
+
+static void teardown_fixture(struct fixture *f)
+{
+    af_llm_free(f->llm);
+    af_tool_registry_free(f->reg);
+}
+
+static void base_script(struct script *s)
+{
+    s->rules = json_array();
+    rule(s, M_ANALYSIS, "Concise Summary: multiply", 0);
+}
+
+static void test_three_step_solve(void **state)
+{
+    (void)state;
+    struct script s;
+    base_script(&s);
+    rule(&s, M_PLANNER, PLAN, 0);
+    rule(&s, M_EXECUTOR, CMD, 0);
+    rule(&s, "What is 6*7?", "6*7 = 42", 0);
+    rule(&s, M_VERIFIER, "Not yet.\nConclusion: CONTINUE", 2);
+    rule(&s, M_VERIFIER, "Enough.\n**Conclusion:** STOP", 1);
+    rule(&s, M_DIRECT, "**Process Summary:** asked the tool.\n**Answer:** 42", 0);
+    struct fixture f;
+    setup_fixture(&f, &s);
+    struct af_flow_result r;
+    assert_int_equal(af_flow_solve(&f.p, "q1", "What is 6 times 7?", &r), AF_OK);
+    assert_int_equal(r.steps, 3);
+    assert_string_equal(r.answer, "42");
+    assert_int_equal(json_array_size(r.memory), 3);
+    json_t *m0 = json_array_get(r.memory, 0);
+    assert_string_equal(json_string_value(json_object_get(m0, "tool")),
+                        "generalist solution generator tool");
+    assert_string_equal(json_string_value(json_object_get(m0, "sub_goal")), "compute 6*7");
+    json_t *res = json_object_get(m0, "result");
+    assert_true(json_is_array(res));
+    assert_string_equal(json_string_value(json_array_get(res, 0)), "6*7 = 42");
+    assert_null(json_object_get(m0, "failed"));
+    json_t *u = json_object_get(r.usage, "planner");
+    assert_int_equal(json_integer_value(json_object_get(u, "calls")), 3);
+    u = json_object_get(r.usage, "tool:Generalist_Solution_Generator_Tool");
+    assert_int_equal(json_integer_value(json_object_get(u, "calls")), 3);
+    assert_int_equal(json_integer_value(json_object_get(json_object_get(r.usage, "verifier"),
+                                                        "calls")),
+                     3);
+    assert_true(json_object_get(r.timings, "total_ms") != NULL);
+    af_flow_result_deinit(&r);
+    teardown_fixture(&f);
+}
+
+static void test_planner_retry_then_ok(void **state)
+{
+    (void)state;
+    struct script s;
+    base_script(&s);
+    rule(&s, M_RETRY_PLAN, PLAN, 0);
+    rule(&s, M_PLANNER, "I would search the web.", 0);
+    rule(&s, M_EXECUTOR, CMD, 0);
+    rule(&s, "What is 6*7?", "42", 0);
+    rule(&s, M_VERIFIER, "Conclusion: STOP", 0);
+    rule(&s, M_DIRECT, "Answer: 42", 0);
+    struct fixture f;
+    setup_fixture(&f, &s);
+    struct af_flow_result r;
+    assert_int_equal(af_flow_solve(&f.p, NULL, "q", &r), AF_OK);
+    assert_int_equal(r.steps, 1);
+    assert_int_equal(json_integer_value(json_object_get(json_object_get(r.usage, "planner"),
+                                                        "calls")),
+                     2);
+    assert_null(json_object_get(json_array_get(r.memory, 0), "failed"));
+    af_flow_result_deinit(&r);
+    teardown_fixture(&f);
+}
+
+static void test_planner_garbage_is_failed_step(void **state)
+{
+    (void)state;
+    struct script s;
+    base_script(&s);
+    rule(&s, M_PLANNER, "no fields at all", 0);
+    rule(&s, M_RETRY_PLAN, "still nothing", 0);
+    rule(&s, M_VERIFIER, "Conclusion: CONTINUE", 0);
+    rule(&s, M_DIRECT, "Answer: unknown", 0);
+    struct fixture f;
+    setup_fixture(&f, &s);
+    f.p.max_steps = 2;
+    struct af_flow_result r;
+    assert_int_equal(af_flow_solve(&f.p, NULL, "q", &r), AF_OK);
+    assert_int_equal(r.steps, 2);
+    json_t *m0 = json_array_get(r.memory, 0);
+    assert_true(json_is_true(json_object_get(m0, "failed")));
+    assert_non_null(strstr(json_string_value(json_object_get(m0, "result")), "could not be parsed"));
+    assert_string_equal(r.answer, "unknown");
+    af_flow_result_deinit(&r);
+    teardown_fixture(&f);
+}
+
+static void test_unknown_tool_and_bad_args(void **state)
+{
+    (void)state;
+    struct script s;
+    base_script(&s);
+    rule(&s, M_PLANNER, "Context: c\nSub-Goal: g\nTool Name: Ground_Google_Search_Tool", 1);
+    rule(&s, M_PLANNER, PLAN, 0);
+    rule(&s, M_EXECUTOR, "```python\nexecution = tool.execute(query=\"x\", k=3)\n```", 0);
+    rule(&s, M_VERIFIER, "Conclusion: CONTINUE", 0);
+    rule(&s, M_DIRECT, "Answer: none", 0);
+    struct fixture f;
+    setup_fixture(&f, &s);
+    f.p.max_steps = 2;
+    struct af_flow_result r;
+    assert_int_equal(af_flow_solve(&f.p, NULL, "q", &r), AF_OK);
+    json_t *m0 = json_array_get(r.memory, 0), *m1 = json_array_get(r.memory, 1);
+    assert_true(json_is_true(json_object_get(m0, "failed")));
+    assert_non_null(strstr(json_string_value(json_object_get(m0, "result")), "not found"));
+    assert_true(json_is_true(json_object_get(m1, "failed")));
+    const char *err1 = json_string_value(json_array_get(json_object_get(m1, "result"), 0));
+    assert_non_null(err1);
+    assert_non_null(strstr(err1, "'k'"));
+    af_flow_result_deinit(&r);
+    teardown_fixture(&f);
+}
+
+static void test_executor_unparsable_twice(void **state)
+{
+    (void)state;
+    struct script s;
+    base_script(&s);
+    rule(&s, M_PLANNER, PLAN, 0);
+    rule(&s, M_EXECUTOR, "I will call the tool now.", 0);
+    rule(&s, "Your command could not be used", "```python\nimport os; os.system('rm -rf /')\n```",
+         0);
+    rule(&s, M_VERIFIER, "Conclusion: STOP", 0);
+    rule(&s, M_DIRECT, "Answer: ?", 0);
+    struct fixture f;
+    setup_fixture(&f, &s);
+    struct af_flow_result r;
+    assert_int_equal(af_flow_solve(&f.p, NULL, "q", &r), AF_OK);
+    json_t *m0 = json_array_get(r.memory, 0);
+    assert_true(json_is_true(json_object_get(m0, "failed")));
+    assert_non_null(strstr(json_string_value(json_object_get(m0, "result")), "no usable command"));
+    assert_int_equal(json_integer_value(json_object_get(json_object_get(r.usage, "executor"),
+                                                        "calls")),
+                     2);
+    af_flow_result_deinit(&r);
+    teardown_fixture(&f);
+}
+
+static void test_backend_error_stops_solve(void **state)
+{
+    (void)state;
+    struct script s;
+    base_script(&s);
+    rule_error(&s, M_PLANNER, "HTTP 500 from http://x/v1: overloaded");
+    struct fixture f;
+    setup_fixture(&f, &s);
+    struct af_flow_result r;
+    assert_int_equal(af_flow_solve(&f.p, NULL, "q", &r), AF_EBACKEND);
+    assert_non_null(strstr(r.errmsg, "planner"));
+    assert_non_null(strstr(r.errmsg, "overloaded"));
+    assert_null(r.answer);
+    af_flow_result_deinit(&r);
+    teardown_fixture(&f);
+}
+
+static void test_memory_fresh_per_query(void **state)
+{
+    (void)state;
+    struct script s;
+    base_script(&s);
+    rule(&s, M_PLANNER, PLAN, 0);
+    rule(&s, M_EXECUTOR, CMD, 0);
+    rule(&s, "What is 6*7?", "42", 0);
+    rule(&s, M_VERIFIER, "Conclusion: STOP", 0);
+    rule(&s, M_DIRECT, "Answer: 42", 0);
+    struct fixture f;
+    setup_fixture(&f, &s);
+    for (int i = 0; i < 3; i++) {
+        struct af_flow_result r;
+        assert_int_equal(af_flow_solve(&f.p, NULL, "q", &r), AF_OK);
+        assert_int_equal(json_array_size(r.memory), 1);
+        assert_int_equal(json_integer_value(json_object_get(json_array_get(r.memory, 0), "step")),
+                         1);
+        af_flow_result_deinit(&r);
+    }
+    teardown_fixture(&f);
+}
+
+static void test_trace_and_prompt_override(void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/af_flow_XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    char path[256], tpath[256], err[256];
+    snprintf(path, sizeof path, "%s/next_step.txt", dir);
+    const char *tmpl = "CUSTOM PLANNER for {{query}} with {{ available_tools }}";
+    assert_int_equal(af_file_write_atomic(path, tmpl, strlen(tmpl), err, sizeof err), AF_OK);
+    struct af_prompts *pr = NULL;
+    assert_int_equal(af_prompts_load(dir, &pr, err, sizeof err), AF_OK);
+    struct script s;
+    base_script(&s);
+    rule(&s, "CUSTOM PLANNER for my query with [\"Generalist_Solution_Generator_Tool\"]", PLAN, 0);
+    rule(&s, M_EXECUTOR, CMD, 0);
+    rule(&s, "What is 6*7?", "42", 0);
+    rule(&s, M_VERIFIER, "Conclusion: STOP", 0);
+    rule(&s, M_DIRECT, "Answer: 42", 0);
+    struct fixture f;
+    setup_fixture(&f, &s);
+    snprintf(tpath, sizeof tpath, "%s/trace.jsonl", dir);
+    struct af_trace *tr = NULL;
+    assert_int_equal(af_trace_open(tpath, &tr, err, sizeof err), AF_OK);
+    f.p.prompts = pr;
+    f.p.trace = tr;
+    struct af_flow_result r;
+    assert_int_equal(af_flow_solve(&f.p, "id-7", "my query", &r), AF_OK);
+    assert_string_equal(r.answer, "42");
+    af_flow_result_deinit(&r);
+    af_trace_close(tr);
+    char *data = NULL;
+    assert_int_equal(af_file_read(tpath, 1 << 24, &data, NULL, err, sizeof err), AF_OK);
+    int n_llm = 0, n_tool = 0, n_final = 0;
+    for (char *line = data, *nl; line && *line; line = nl ? nl + 1 : NULL) {
+        nl = strchr(line, '\n');
+        if (nl)
+            *nl = '\0';
+        json_t *j = json_loads(line, 0, NULL);
+        assert_non_null(j);
+        const char *type = json_string_value(json_object_get(j, "type"));
+        assert_string_equal(json_string_value(json_object_get(j, "query_id")), "id-7");
+        if (!strcmp(type, "llm")) {
+            n_llm++;
+            assert_true(json_is_array(json_object_get(j, "messages")));
+            assert_non_null(json_object_get(j, "latency_ms"));
+        } else if (!strcmp(type, "tool")) {
+            n_tool++;
+            assert_string_equal(json_string_value(json_object_get(json_object_get(j, "args"),
+                                                                  "query")),
+                                "What is 6*7?");
+        } else if (!strcmp(type, "final")) {
+            n_final++;
+            assert_string_equal(json_string_value(json_object_get(j, "answer")), "42");
+        }
+        json_decref(j);
+    }
+    free(data);
+    /* analysis, planner, executor, tool's own call, verifier, generator */
+    assert_int_equal(n_llm, 6);
+    assert_int_equal(n_tool, 1);
+    assert_int_equal(n_final, 1);
+    teardown_fixture(&f);
+    af_prompts_free(pr);
+    unlink(path);
+    unlink(tpath);
+    rmdir(dir);
+}
+
+static void test_time_budget(void **state)
+{
+    (void)state;
+    struct script s;
+    base_script(&s);
+    rule(&s, M_DIRECT, "Answer: quick", 0);
+    struct fixture f;
+    setup_fixture(&f, &s);
+    f.p.max_time_s = 1e-9;
+    struct af_flow_result r;
+    assert_int_equal(af_flow_solve(&f.p, NULL, "q", &r), AF_OK);
+    assert_int_equal(r.steps, 0);
+    assert_string_equal(r.answer, "quick");
+    af_flow_result_deinit(&r);
+    teardown_fixture(&f);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_three_step_solve),
+        cmocka_unit_test(test_planner_retry_then_ok),
+        cmocka_unit_test(test_planner_garbage_is_failed_step),
+        cmocka_unit_test(test_unknown_tool_and_bad_args),
+        cmocka_unit_test(test_executor_unparsable_twice),
+        cmocka_unit_test(test_backend_error_stops_solve),
+        cmocka_unit_test(test_memory_fresh_per_query),
+        cmocka_unit_test(test_trace_and_prompt_override),
+        cmocka_unit_test(test_time_budget),
+    };
+    return cmocka_run_group_tests_name("flow", tests, NULL, NULL);
+}

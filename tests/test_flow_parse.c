@@ -1,0 +1,146 @@
+/*
+ * test_flow_parse.c - the planner, verifier and answer parsers against tricky model output.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "agentflow/tools.h"
+#include "flow/parse.h"
+
+static void parse_ok(const char *reply, const char *ctx, const char *goal, const char *tool)
+{
+    struct next_step ns;
+    char err[256];
+    assert_int_equal(parse_next_step(reply, &ns, err, sizeof err), AF_OK);
+    assert_string_equal(ns.context, ctx);
+    assert_string_equal(ns.sub_goal, goal);
+    assert_string_equal(ns.tool_name, tool);
+    next_step_deinit(&ns);
+}
+
+static void test_plain_fields(void **state)
+{
+    (void)state;
+    parse_ok("Justification: need facts\nContext: Paris is a city\nSub-Goal: Find its "
+             "population\nTool Name: Wikipedia_RAG_Search_Tool",
+             "Paris is a city", "Find its population", "Wikipedia_RAG_Search_Tool");
+}
+
+static void test_bold_markup(void **state)
+{
+    (void)state;
+    parse_ok("**Justification:** x\n**Context:** the query asks for 2+2\n**Sub-Goal:** compute "
+             "it\n**Tool Name:** Python_Code_Generator_Tool\n",
+             "the query asks for 2+2", "compute it", "Python_Code_Generator_Tool");
+}
+
+static void test_last_match_wins(void **state)
+{
+    (void)state;
+    parse_ok("Context: first\nSub-Goal: g1\nTool Name: A_Tool\n\nOn second thought:\n\n"
+             "Context: second\nSub-Goal: g2\nTool Name: B_Tool\n\n",
+             "second", "g2", "B_Tool");
+}
+
+static void test_code_fence_and_odd_case(void **state)
+{
+    (void)state;
+    parse_ok("```\ncontext: data here\nsub-goal: do it\ntool name: generalist solution generator "
+             "tool\n```",
+             "data here", "do it", "generalist solution generator tool");
+    char canon[128];
+    af_tool_canonical_name("generalist solution_generator   TOOL", canon, sizeof canon);
+    assert_string_equal(canon, "generalist_solution_generator_tool");
+}
+
+static void test_multiline_context_non_ascii(void **state)
+{
+    (void)state;
+    parse_ok("Context: Zürich and 東京 are cities.\nBoth are large.\nSub-Goal: Compare "
+             "them 🙂\nTool Name: `Web_Search_Tool`.",
+             "Zürich and 東京 are cities.\nBoth are large.", "Compare them 🙂", "Web_Search_Tool");
+}
+
+static void test_json_reply(void **state)
+{
+    (void)state;
+    parse_ok("{\"justification\":\"j\",\"context\":\" c \",\"sub_goal\":\"g\","
+             "\"tool_name\":\"T_Tool\"}",
+             "c", "g", "T_Tool");
+}
+
+static void test_missing_fields(void **state)
+{
+    (void)state;
+    struct next_step ns;
+    char err[256];
+    assert_int_equal(parse_next_step("I think we should search.", &ns, err, sizeof err),
+                     AF_EPARSE);
+    assert_non_null(strstr(err, "Tool Name"));
+    assert_int_equal(parse_next_step("Sub-Goal: x\nTool Name: T", &ns, err, sizeof err),
+                     AF_EPARSE);
+    assert_non_null(strstr(err, "Context"));
+    assert_int_equal(parse_next_step("Context: a\nSub-Goal: b\nTool Name:   \n", &ns, err,
+                                     sizeof err),
+                     AF_EPARSE);
+    assert_int_equal(parse_next_step(NULL, &ns, err, sizeof err), AF_EPARSE);
+}
+
+static void test_verdict(void **state)
+{
+    (void)state;
+    int expl;
+    assert_int_equal(parse_verdict("All good.\nConclusion: STOP", &expl), 1);
+    assert_int_equal(expl, 1);
+    assert_int_equal(parse_verdict("**Conclusion:** **CONTINUE**", &expl), 0);
+    assert_int_equal(expl, 1);
+    /* The last conclusion counts. */
+    assert_int_equal(parse_verdict("Conclusion: STOP\nWait, more is needed.\nConclusion: continue",
+                                   &expl),
+                     0);
+    /* Fallbacks: "stop" anywhere, then "continue", then CONTINUE. */
+    assert_int_equal(parse_verdict("We can stop here.", &expl), 1);
+    assert_int_equal(expl, 0);
+    assert_int_equal(parse_verdict("Let us continue.", &expl), 0);
+    assert_int_equal(parse_verdict("hmm", &expl), 0);
+    assert_int_equal(parse_verdict("In conclusion, stop.", &expl), 1);
+}
+
+static void test_final_answer(void **state)
+{
+    (void)state;
+    char *a = parse_final_answer("**Process Summary:** searched.\n**Answer:** Paris");
+    assert_string_equal(a, "Paris");
+    free(a);
+    a = parse_final_answer("x <answer>1</answer> then <answer> 42 </answer> done");
+    assert_string_equal(a, "42");
+    free(a);
+    a = parse_final_answer("  just text  ");
+    assert_string_equal(a, "just text");
+    free(a);
+    a = parse_final_answer("Answer:");
+    assert_string_equal(a, "Answer:");
+    free(a);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_plain_fields),
+        cmocka_unit_test(test_bold_markup),
+        cmocka_unit_test(test_last_match_wins),
+        cmocka_unit_test(test_code_fence_and_odd_case),
+        cmocka_unit_test(test_multiline_context_non_ascii),
+        cmocka_unit_test(test_json_reply),
+        cmocka_unit_test(test_missing_fields),
+        cmocka_unit_test(test_verdict),
+        cmocka_unit_test(test_final_answer),
+    };
+    return cmocka_run_group_tests_name("flow_parse", tests, NULL, NULL);
+}
