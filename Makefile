@@ -51,6 +51,7 @@ BENCH_BIN := $(BENCH_SRC:bench/%.c=$(B)/bench/%)
 LIBA := $(B)/libagentflow.a
 CLI := $(B)/agentflow
 
+.SECONDARY: $(TEST_SUPPORT_OBJ)
 .PHONY: all test asan lint format bench fuzz clean
 all: $(CLI) $(LIBA) build/agentflow build/libagentflow.a
 

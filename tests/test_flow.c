@@ -95,10 +95,10 @@ static void test_three_step_solve(void **state)
     base_script(&s);
     rule(&s, M_PLANNER, PLAN, 0);
     rule(&s, M_EXECUTOR, CMD, 0);
-    rule(&s, "What is 6*7?", "6*7 = 42", 0);
     rule(&s, M_VERIFIER, "Not yet.\nConclusion: CONTINUE", 2);
     rule(&s, M_VERIFIER, "Enough.\n**Conclusion:** STOP", 1);
     rule(&s, M_DIRECT, "**Process Summary:** asked the tool.\n**Answer:** 42", 0);
+    rule(&s, "What is 6*7?", "6*7 = 42", 0);
     struct fixture f;
     setup_fixture(&f, &s);
     struct af_flow_result r;
@@ -134,9 +134,9 @@ static void test_planner_retry_then_ok(void **state)
     rule(&s, M_RETRY_PLAN, PLAN, 0);
     rule(&s, M_PLANNER, "I would search the web.", 0);
     rule(&s, M_EXECUTOR, CMD, 0);
-    rule(&s, "What is 6*7?", "42", 0);
     rule(&s, M_VERIFIER, "Conclusion: STOP", 0);
     rule(&s, M_DIRECT, "Answer: 42", 0);
+    rule(&s, "What is 6*7?", "42", 0);
     struct fixture f;
     setup_fixture(&f, &s);
     struct af_flow_result r;
@@ -248,9 +248,9 @@ static void test_memory_fresh_per_query(void **state)
     base_script(&s);
     rule(&s, M_PLANNER, PLAN, 0);
     rule(&s, M_EXECUTOR, CMD, 0);
-    rule(&s, "What is 6*7?", "42", 0);
     rule(&s, M_VERIFIER, "Conclusion: STOP", 0);
     rule(&s, M_DIRECT, "Answer: 42", 0);
+    rule(&s, "What is 6*7?", "42", 0);
     struct fixture f;
     setup_fixture(&f, &s);
     for (int i = 0; i < 3; i++) {
@@ -279,9 +279,9 @@ static void test_trace_and_prompt_override(void **state)
     base_script(&s);
     rule(&s, "CUSTOM PLANNER for my query with [\"Generalist_Solution_Generator_Tool\"]", PLAN, 0);
     rule(&s, M_EXECUTOR, CMD, 0);
-    rule(&s, "What is 6*7?", "42", 0);
     rule(&s, M_VERIFIER, "Conclusion: STOP", 0);
     rule(&s, M_DIRECT, "Answer: 42", 0);
+    rule(&s, "What is 6*7?", "42", 0);
     struct fixture f;
     setup_fixture(&f, &s);
     snprintf(tpath, sizeof tpath, "%s/trace.jsonl", dir);

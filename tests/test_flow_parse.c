@@ -98,8 +98,11 @@ static void test_verdict(void **state)
     int expl;
     assert_int_equal(parse_verdict("All good.\nConclusion: STOP", &expl), 1);
     assert_int_equal(expl, 1);
-    assert_int_equal(parse_verdict("**Conclusion:** **CONTINUE**", &expl), 0);
+    assert_int_equal(parse_verdict("**Conclusion:** CONTINUE", &expl), 0);
     assert_int_equal(expl, 1);
+    /* Bold around the word defeats the reference's pattern; the fallback still decides. */
+    assert_int_equal(parse_verdict("**Conclusion:** **STOP**", &expl), 1);
+    assert_int_equal(expl, 0);
     /* The last conclusion counts. */
     assert_int_equal(parse_verdict("Conclusion: STOP\nWait, more is needed.\nConclusion: continue",
                                    &expl),

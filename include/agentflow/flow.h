@@ -46,7 +46,7 @@ struct af_trace;
 /* Opens `path` for appending JSONL records (docs/TRACE.md). Owned: af_trace_close. */
 AF_NODISCARD int af_trace_open(const char *path, struct af_trace **out, char *err, size_t errlen);
 /* Appends one record (a JSON object; borrowed). Safe from any thread. */
-AF_NODISCARD int af_trace_write(struct af_trace *t, const json_t *record);
+int af_trace_write(struct af_trace *t, const json_t *record);
 void af_trace_close(struct af_trace *t);
 
 /* --- Solving -------------------------------------------------------------------------- */

@@ -1,6 +1,7 @@
 /*
  * main.c - the agentflow CLI entry point: dispatches to a subcommand.
  */
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -39,6 +40,8 @@ int cli_exit_for(int af_err)
 
 int main(int argc, char **argv)
 {
+    /* A peer closing a socket must be an error value, not a kill. */
+    signal(SIGPIPE, SIG_IGN);
     if (argc < 2) {
         usage(stderr);
         return CLI_EUSAGE;

@@ -29,11 +29,14 @@ void af_buf_deinit(struct af_buf *b);
 /* Drops the content but keeps the allocation. */
 void af_buf_reset(struct af_buf *b);
 
-AF_NODISCARD int af_buf_append(struct af_buf *b, const void *p, size_t n);
-AF_NODISCARD int af_buf_puts(struct af_buf *b, const char *s);
-AF_NODISCARD int af_buf_putc(struct af_buf *b, char c);
-AF_NODISCARD int af_buf_printf(struct af_buf *b, const char *fmt, ...) AF_PRINTF(2, 3);
-AF_NODISCARD int af_buf_vprintf(struct af_buf *b, const char *fmt, va_list ap) AF_PRINTF(2, 0);
+int af_buf_append(struct af_buf *b, const void *p, size_t n);
+int af_buf_puts(struct af_buf *b, const char *s);
+int af_buf_putc(struct af_buf *b, char c);
+int af_buf_printf(struct af_buf *b, const char *fmt, ...) AF_PRINTF(2, 3);
+int af_buf_vprintf(struct af_buf *b, const char *fmt, va_list ap) AF_PRINTF(2, 0);
+
+/* Appends return AF_ETOOBIG past the limit; with AF_BUF_NOLIMIT they cannot fail, so callers
+ * of unlimited buffers may ignore the result. */
 
 /* Returns the content as a malloc'd string owned by the caller (never NULL; "" when empty)
  * and leaves the buffer empty. */

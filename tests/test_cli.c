@@ -1,0 +1,342 @@
+/*
+ * test_cli.c - `agentflow run` end to end: a three-step solve against a loopback
+ * OpenAI-compatible server, JSON output, traces, exit codes, and a batch killed with
+ * SIGKILL in mid-run that resumes without losing or duplicating an item.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <jansson.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "core/clock.h"
+#include "core/fileio.h"
+#include "support/fake_server.h"
+#include "support/proc.h"
+
+#define RUN_TIMEOUT_S 120.0
+
+static char g_dir[64];
+
+static const char *src_path(const char *rel, char *buf, size_t len)
+{
+    const char *root = getenv("AGENTFLOW_SRC");
+    snprintf(buf, len, "%s/%s", root && *root ? root : ".", rel);
+    return buf;
+}
+
+static const char *tmp_path(const char *name, char *buf, size_t len)
+{
+    snprintf(buf, len, "%s/%s", g_dir, name);
+    return buf;
+}
+
+static void write_file(const char *path, const char *text)
+{
+    char err[256];
+    assert_int_equal(af_file_write_atomic(path, text, strlen(text), err, sizeof err), 0);
+}
+
+/* The same three-step script as tests/data/three_step.json, served over HTTP. The fake
+ * server's rules have no use counts, so the verifier's "CONTINUE twice, then STOP" is keyed on
+ * the memory holding a third step. First match wins: generator, verifier, then the rest. */
+static void add_three_step_rules(struct fake_server *fs)
+{
+    fake_server_add_rule(fs, "Give the final answer",
+                         "**Process Summary:** computed.\n**Answer:** 42");
+    fake_server_add_rule(fs, "Action Step 3", "All done.\nConclusion: STOP");
+    fake_server_add_rule(fs, "Judge whether the work", "Need more.\nConclusion: CONTINUE");
+    char path[512], *text = NULL, err[256];
+    assert_int_equal(af_file_read(src_path("tests/data/three_step.json", path, sizeof path),
+                                  1 << 20, &text, NULL, err, sizeof err),
+                     0);
+    json_t *doc = json_loads(text, 0, NULL);
+    free(text);
+    assert_non_null(doc);
+    size_t i;
+    json_t *r;
+    json_array_foreach(json_object_get(doc, "rules"), i, r)
+    {
+        const char *m = json_string_value(json_object_get(r, "match"));
+        const char *rep = json_string_value(json_object_get(r, "reply"));
+        if (strstr(m, "Judge whether") || strstr(m, "Give the final answer"))
+            continue;
+        fake_server_add_rule(fs, m, rep);
+    }
+    json_decref(doc);
+}
+
+static void test_run_three_step_http(void **state)
+{
+    (void)state;
+    struct fake_server *fs = fake_server_start();
+    assert_non_null(fs);
+    add_three_step_rules(fs);
+    char url[128];
+    snprintf(url, sizeof url, "%s", fake_server_url(fs));
+    char *argv[] = {(char *)proc_agentflow_bin(), "run", "--url", url, "--model", "test-model",
+                    "What is 6 times 7?", NULL};
+    struct proc_result r;
+    assert_int_equal(proc_run(argv, NULL, RUN_TIMEOUT_S, &r), 0);
+    if (r.exit_code != 0)
+        fprintf(stderr, "stderr: %s\n", r.err);
+    assert_int_equal(r.exit_code, 0);
+    assert_string_equal(r.out, "42\n");
+    assert_non_null(strstr(r.err, "step 1] tool=Generalist_Solution_Generator_Tool"));
+    assert_non_null(strstr(r.err, "step 2]"));
+    assert_non_null(strstr(r.err, "step 3]"));
+    assert_non_null(strstr(r.err, "verdict=STOP"));
+    assert_null(strstr(r.err, "step 4]"));
+    /* analysis + 3 x (planner, executor, tool, verifier) + generator */
+    assert_int_equal(fake_server_request_count(fs), 14);
+    char *last = fake_server_last_request(fs);
+    assert_non_null(strstr(last, "\"model\": \"test-model\"") ? last
+                                                                : strstr(last, "\"test-model\""));
+    free(last);
+    proc_result_deinit(&r);
+    fake_server_stop(fs);
+}
+
+static void test_run_json_and_trace(void **state)
+{
+    (void)state;
+    char script[512], trace[512], url[600];
+    snprintf(url, sizeof url, "scripted:%s",
+             src_path("tests/data/three_step.json", script, sizeof script));
+    tmp_path("trace.jsonl", trace, sizeof trace);
+    char *argv[] = {(char *)proc_agentflow_bin(), "run", "--url", url, "--json", "--trace", trace,
+                    "--quiet", "What is 6 times 7?", NULL};
+    struct proc_result r;
+    assert_int_equal(proc_run(argv, NULL, RUN_TIMEOUT_S, &r), 0);
+    assert_int_equal(r.exit_code, 0);
+    json_error_t je;
+    json_t *j = json_loads(r.out, 0, &je);
+    assert_non_null(j);
+    assert_string_equal(json_string_value(json_object_get(j, "answer")), "42");
+    assert_int_equal(json_integer_value(json_object_get(j, "steps")), 3);
+    assert_int_equal(json_array_size(json_object_get(j, "memory")), 3);
+    assert_true(json_is_object(json_object_get(j, "usage")));
+    assert_true(json_is_object(json_object_get(j, "timings")));
+    assert_string_equal(r.err, "");
+    json_decref(j);
+    /* 1 analysis + 3 x 4 + 1 generator LLM records, 3 tool records, 1 final record */
+    assert_int_equal(proc_count_lines(trace), 14 + 3 + 1);
+    proc_result_deinit(&r);
+    unlink(trace);
+}
+
+static int run_code(char **argv, const char *expect_in_err)
+{
+    struct proc_result r;
+    assert_int_equal(proc_run(argv, NULL, RUN_TIMEOUT_S, &r), 0);
+    if (expect_in_err && !strstr(r.err, expect_in_err))
+        fprintf(stderr, "expected '%s' in stderr: %s\n", expect_in_err, r.err);
+    if (expect_in_err)
+        assert_non_null(strstr(r.err, expect_in_err));
+    int code = r.exit_code;
+    proc_result_deinit(&r);
+    return code;
+}
+
+static void test_exit_codes(void **state)
+{
+    (void)state;
+    char *bin = (char *)proc_agentflow_bin();
+    char cfg[512], in[512], out[512];
+    char *no_query[] = {bin, "run", "--url", "http://127.0.0.1:9/v1", NULL};
+    assert_int_equal(run_code(no_query, "expected one QUERY"), 2);
+    char *help[] = {bin, "run", "--help", NULL};
+    assert_int_equal(run_code(help, NULL), 0);
+    char *bad_flag[] = {bin, "run", "--max-steps", "zero", "q", NULL};
+    assert_int_equal(run_code(bad_flag, "--max-steps"), 2);
+    char *no_url[] = {bin, "run", "q", NULL};
+    assert_int_equal(run_code(no_url, "no back-end URL"), 2);
+    char *bad_tool[] = {bin, "run", "--url", "http://127.0.0.1:9/v1", "--tools", "Nope_Tool", "q",
+                        NULL};
+    assert_int_equal(run_code(bad_tool, "Nope_Tool"), 2);
+    tmp_path("bad.json", cfg, sizeof cfg);
+    write_file(cfg, "{\"max_steps\": 3,,}");
+    char *bad_cfg[] = {bin, "run", "--config", cfg, "q", NULL};
+    assert_int_equal(run_code(bad_cfg, "bad.json: line 1"), 4);
+    write_file(cfg, "{\"planner\": {\"temprature\": 1}}");
+    assert_int_equal(run_code(bad_cfg, "planner.temprature"), 4);
+    tmp_path("missing.jsonl", in, sizeof in);
+    tmp_path("out.jsonl", out, sizeof out);
+    char *missing[] = {bin, "run", "--url", "http://127.0.0.1:9/v1", "--batch", in, "--out", out,
+                       NULL};
+    assert_int_equal(run_code(missing, "missing.jsonl"), 4);
+    unlink(cfg);
+    unlink(out);
+}
+
+static void test_backend_error_exit_3(void **state)
+{
+    (void)state;
+    struct fake_server *fs = fake_server_start();
+    assert_non_null(fs);
+    fake_server_set_default(fs, 500, "{\"error\":{\"message\":\"model is overloaded\"}}", 0);
+    char cfg[512];
+    tmp_path("retry.json", cfg, sizeof cfg);
+    char text[512];
+    snprintf(text, sizeof text, "{\"url\": \"%s\", \"max_retries\": 1}", fake_server_url(fs));
+    write_file(cfg, text);
+    char *argv[] = {(char *)proc_agentflow_bin(), "run", "--config", cfg, "q", NULL};
+    struct proc_result r;
+    assert_int_equal(proc_run(argv, NULL, RUN_TIMEOUT_S, &r), 0);
+    assert_int_equal(r.exit_code, 3);
+    assert_non_null(strstr(r.err, "model is overloaded"));
+    assert_non_null(strstr(r.err, "500"));
+    assert_non_null(strstr(r.err, fake_server_url(fs)));
+    assert_string_equal(r.out, "");
+    proc_result_deinit(&r);
+    unlink(cfg);
+    fake_server_stop(fs);
+}
+
+/* A slow scripted back-end (delay_ms per call) so a batch is surely mid-run when killed. */
+static void write_slow_script(const char *path)
+{
+    char src[512], *text = NULL, err[256];
+    assert_int_equal(af_file_read(src_path("tests/data/three_step.json", src, sizeof src),
+                                  1 << 20, &text, NULL, err, sizeof err),
+                     0);
+    json_t *doc = json_loads(text, 0, NULL);
+    free(text);
+    json_t *rules = json_object_get(doc, "rules"), *r;
+    size_t i;
+    json_array_foreach(rules, i, r)
+    {
+        json_object_set_new(r, "delay_ms", json_integer(20));
+        json_object_del(r, "times"); /* shared by all items: make the verifier stop at once */
+        if (strstr(json_string_value(json_object_get(r, "match")), "Judge whether"))
+            json_object_set_new(r, "reply", json_string("Conclusion: STOP"));
+    }
+    char *out = json_dumps(doc, 0);
+    write_file(path, out);
+    free(out);
+    json_decref(doc);
+}
+
+static void check_batch_out(const char *out, int n_items)
+{
+    char *data = NULL, err[256];
+    assert_int_equal(af_file_read(out, 1 << 26, &data, NULL, err, sizeof err), 0);
+    int seen[64] = {0}, lines = 0;
+    for (char *line = data, *nl; line && *line; line = nl ? nl + 1 : NULL) {
+        nl = strchr(line, '\n');
+        assert_non_null(nl); /* every line complete */
+        *nl = '\0';
+        json_t *j = json_loads(line, 0, NULL);
+        assert_non_null(j);
+        int id = atoi(json_string_value(json_object_get(j, "id")) + 3); /* "id-N" */
+        assert_true(id >= 0 && id < n_items);
+        seen[id]++;
+        assert_string_equal(json_string_value(json_object_get(j, "answer")), "42");
+        json_decref(j);
+        lines++;
+    }
+    free(data);
+    assert_int_equal(lines, n_items);
+    for (int i = 0; i < n_items; i++)
+        assert_int_equal(seen[i], 1);
+}
+
+static void test_batch_kill_and_resume(void **state)
+{
+    (void)state;
+    enum { N = 24 };
+    char script[512], in[512], out[512], url[600];
+    tmp_path("slow.json", script, sizeof script);
+    write_slow_script(script);
+    snprintf(url, sizeof url, "scripted:%s", script);
+    tmp_path("batch.jsonl", in, sizeof in);
+    tmp_path("batch_out.jsonl", out, sizeof out);
+    unlink(out);
+    char text[8192];
+    size_t used = 0;
+    for (int i = 0; i < N; i++)
+        used += (size_t)snprintf(text + used, sizeof text - used,
+                                 "{\"id\":\"id-%d\",\"query\":\"What is 6 times 7? (%d)\"}\n", i,
+                                 i);
+    write_file(in, text);
+    char *argv[] = {(char *)proc_agentflow_bin(), "run", "--url", url, "--batch", in, "--out",
+                    out, "--concurrency", "3", "--quiet", NULL};
+    pid_t pid = proc_spawn(argv);
+    assert_true(pid > 0);
+    double deadline = af_clock_ms() + RUN_TIMEOUT_S * 1000.0;
+    while (proc_count_lines(out) < 3 && af_clock_ms() < deadline)
+        af_clock_sleep_ms(5);
+    kill(pid, SIGKILL);
+    int status;
+    waitpid(pid, &status, 0);
+    size_t partial = proc_count_lines(out);
+    assert_true(partial >= 3);
+    assert_true(partial < N); /* really killed in mid-run */
+    struct proc_result r;
+    assert_int_equal(proc_run(argv, NULL, RUN_TIMEOUT_S, &r), 0);
+    assert_int_equal(r.exit_code, 0);
+    proc_result_deinit(&r);
+    check_batch_out(out, N);
+    /* A third run has nothing left to do and changes nothing. */
+    assert_int_equal(proc_run(argv, NULL, RUN_TIMEOUT_S, &r), 0);
+    assert_int_equal(r.exit_code, 0);
+    proc_result_deinit(&r);
+    check_batch_out(out, N);
+    unlink(in);
+    unlink(out);
+    unlink(script);
+}
+
+static void test_batch_bad_line(void **state)
+{
+    (void)state;
+    char in[512], out[512], script[512], url[600];
+    snprintf(url, sizeof url, "scripted:%s",
+             src_path("tests/data/three_step.json", script, sizeof script));
+    tmp_path("bad_batch.jsonl", in, sizeof in);
+    tmp_path("bad_out.jsonl", out, sizeof out);
+    write_file(in, "{\"id\":\"a\",\"query\":\"q\"}\n{\"id\":\"b\" \"query\":1}\n");
+    char *argv[] = {(char *)proc_agentflow_bin(), "run", "--url", url, "--batch", in, "--out",
+                    out, NULL};
+    assert_int_equal(run_code(argv, "bad_batch.jsonl:2"), 4);
+    assert_int_equal(proc_count_lines(out), 0);
+    unlink(in);
+    unlink(out);
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    snprintf(g_dir, sizeof g_dir, "/tmp/af_cli_XXXXXX");
+    return mkdtemp(g_dir) ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    rmdir(g_dir);
+    return 0;
+}
+
+int main(void)
+{
+    signal(SIGPIPE, SIG_IGN);
+    if (access(proc_agentflow_bin(), X_OK) != 0) {
+        fprintf(stderr, "test_cli: %s not built; run 'make' first\n", proc_agentflow_bin());
+        return 1;
+    }
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_run_three_step_http), cmocka_unit_test(test_run_json_and_trace),
+        cmocka_unit_test(test_exit_codes),          cmocka_unit_test(test_backend_error_exit_3),
+        cmocka_unit_test(test_batch_kill_and_resume), cmocka_unit_test(test_batch_bad_line),
+    };
+    return cmocka_run_group_tests_name("cli", tests, setup, teardown);
+}
