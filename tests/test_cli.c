@@ -82,7 +82,7 @@ static void test_run_three_step_http(void **state)
     add_three_step_rules(fs);
     char url[128];
     snprintf(url, sizeof url, "%s", fake_server_url(fs));
-    char *argv[] = {(char *)proc_agentflow_bin(), "run", "--url", url, "--model", "test-model",
+    const char *argv[] = {proc_agentflow_bin(), "run", "--url", url, "--model", "test-model",
                     "What is 6 times 7?", NULL};
     struct proc_result r;
     assert_int_equal(proc_run(argv, NULL, RUN_TIMEOUT_S, &r), 0);
@@ -112,7 +112,7 @@ static void test_run_json_and_trace(void **state)
     snprintf(url, sizeof url, "scripted:%s",
              src_path("tests/data/three_step.json", script, sizeof script));
     tmp_path("trace.jsonl", trace, sizeof trace);
-    char *argv[] = {(char *)proc_agentflow_bin(), "run", "--url", url, "--json", "--trace", trace,
+    const char *argv[] = {proc_agentflow_bin(), "run", "--url", url, "--json", "--trace", trace,
                     "--quiet", "What is 6 times 7?", NULL};
     struct proc_result r;
     assert_int_equal(proc_run(argv, NULL, RUN_TIMEOUT_S, &r), 0);
@@ -133,7 +133,7 @@ static void test_run_json_and_trace(void **state)
     unlink(trace);
 }
 
-static int run_code(char **argv, const char *expect_in_err)
+static int run_code(const char *const *argv, const char *expect_in_err)
 {
     struct proc_result r;
     assert_int_equal(proc_run(argv, NULL, RUN_TIMEOUT_S, &r), 0);
@@ -149,28 +149,28 @@ static int run_code(char **argv, const char *expect_in_err)
 static void test_exit_codes(void **state)
 {
     (void)state;
-    char *bin = (char *)proc_agentflow_bin();
+    const char *bin = proc_agentflow_bin();
     char cfg[512], in[512], out[512];
-    char *no_query[] = {bin, "run", "--url", "http://127.0.0.1:9/v1", NULL};
+    const char *no_query[] = {bin, "run", "--url", "http://127.0.0.1:9/v1", NULL};
     assert_int_equal(run_code(no_query, "expected one QUERY"), 2);
-    char *help[] = {bin, "run", "--help", NULL};
+    const char *help[] = {bin, "run", "--help", NULL};
     assert_int_equal(run_code(help, NULL), 0);
-    char *bad_flag[] = {bin, "run", "--max-steps", "zero", "q", NULL};
+    const char *bad_flag[] = {bin, "run", "--max-steps", "zero", "q", NULL};
     assert_int_equal(run_code(bad_flag, "--max-steps"), 2);
-    char *no_url[] = {bin, "run", "q", NULL};
+    const char *no_url[] = {bin, "run", "q", NULL};
     assert_int_equal(run_code(no_url, "no back-end URL"), 2);
-    char *bad_tool[] = {bin, "run", "--url", "http://127.0.0.1:9/v1", "--tools", "Nope_Tool", "q",
+    const char *bad_tool[] = {bin, "run", "--url", "http://127.0.0.1:9/v1", "--tools", "Nope_Tool", "q",
                         NULL};
     assert_int_equal(run_code(bad_tool, "Nope_Tool"), 2);
     tmp_path("bad.json", cfg, sizeof cfg);
     write_file(cfg, "{\"max_steps\": 3,,}");
-    char *bad_cfg[] = {bin, "run", "--config", cfg, "q", NULL};
+    const char *bad_cfg[] = {bin, "run", "--config", cfg, "q", NULL};
     assert_int_equal(run_code(bad_cfg, "bad.json: line 1"), 4);
     write_file(cfg, "{\"planner\": {\"temprature\": 1}}");
     assert_int_equal(run_code(bad_cfg, "planner.temprature"), 4);
     tmp_path("missing.jsonl", in, sizeof in);
     tmp_path("out.jsonl", out, sizeof out);
-    char *missing[] = {bin, "run", "--url", "http://127.0.0.1:9/v1", "--batch", in, "--out", out,
+    const char *missing[] = {bin, "run", "--url", "http://127.0.0.1:9/v1", "--batch", in, "--out", out,
                        NULL};
     assert_int_equal(run_code(missing, "missing.jsonl"), 4);
     unlink(cfg);
@@ -188,7 +188,7 @@ static void test_backend_error_exit_3(void **state)
     char text[512];
     snprintf(text, sizeof text, "{\"url\": \"%s\", \"max_retries\": 1}", fake_server_url(fs));
     write_file(cfg, text);
-    char *argv[] = {(char *)proc_agentflow_bin(), "run", "--config", cfg, "q", NULL};
+    const char *argv[] = {proc_agentflow_bin(), "run", "--config", cfg, "q", NULL};
     struct proc_result r;
     assert_int_equal(proc_run(argv, NULL, RUN_TIMEOUT_S, &r), 0);
     assert_int_equal(r.exit_code, 3);
@@ -267,7 +267,7 @@ static void test_batch_kill_and_resume(void **state)
                                  "{\"id\":\"id-%d\",\"query\":\"What is 6 times 7? (%d)\"}\n", i,
                                  i);
     write_file(in, text);
-    char *argv[] = {(char *)proc_agentflow_bin(), "run", "--url", url, "--batch", in, "--out",
+    const char *argv[] = {proc_agentflow_bin(), "run", "--url", url, "--batch", in, "--out",
                     out, "--concurrency", "3", "--quiet", NULL};
     pid_t pid = proc_spawn(argv);
     assert_true(pid > 0);
@@ -304,7 +304,7 @@ static void test_batch_bad_line(void **state)
     tmp_path("bad_batch.jsonl", in, sizeof in);
     tmp_path("bad_out.jsonl", out, sizeof out);
     write_file(in, "{\"id\":\"a\",\"query\":\"q\"}\n{\"id\":\"b\" \"query\":1}\n");
-    char *argv[] = {(char *)proc_agentflow_bin(), "run", "--url", url, "--batch", in, "--out",
+    const char *argv[] = {proc_agentflow_bin(), "run", "--url", url, "--batch", in, "--out",
                     out, NULL};
     assert_int_equal(run_code(argv, "bad_batch.jsonl:2"), 4);
     assert_int_equal(proc_count_lines(out), 0);

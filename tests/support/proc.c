@@ -38,20 +38,28 @@ static char *slurp_fd(int fd)
     return buf;
 }
 
-static void child_exec(char *const argv[], char *const extra_env[], int out_fd, int err_fd)
+static void child_exec(const char *const argv[], const char *const extra_env[], int out_fd,
+                       int err_fd)
 {
+    /* exec wants mutable strings: give it copies (the child exits or execs right after). */
+    size_t n = 0;
+    while (argv[n])
+        n++;
+    char **args = calloc(n + 1, sizeof *args);
+    for (size_t i = 0; i < n; i++)
+        args[i] = strdup(argv[i]);
     dup2(out_fd, 1);
     dup2(err_fd, 2);
     int devnull = open("/dev/null", O_RDONLY);
     if (devnull >= 0)
         dup2(devnull, 0);
     for (size_t i = 0; extra_env && extra_env[i]; i++)
-        putenv(extra_env[i]);
-    execv(argv[0], argv);
+        putenv(strdup(extra_env[i]));
+    execv(args[0], args);
     _exit(127);
 }
 
-int proc_run(char *const argv[], char *const extra_env[], double timeout_s,
+int proc_run(const char *const argv[], const char *const extra_env[], double timeout_s,
              struct proc_result *r)
 {
     memset(r, 0, sizeof *r);
@@ -94,7 +102,7 @@ void proc_result_deinit(struct proc_result *r)
     memset(r, 0, sizeof *r);
 }
 
-pid_t proc_spawn(char *const argv[])
+pid_t proc_spawn(const char *const argv[])
 {
     pid_t pid = fork();
     if (pid == 0) {

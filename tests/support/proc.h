@@ -20,12 +20,12 @@ const char *proc_agentflow_bin(void);
 /* Runs argv (argv[0] = program path, NULL-terminated) with extra environment entries
  * ("K=V", NULL-terminated, may be NULL), waits at most timeout_s seconds (then SIGKILL).
  * Returns 0 or -1 when it could not start. Free with proc_result_deinit. */
-int proc_run(char *const argv[], char *const extra_env[], double timeout_s,
+int proc_run(const char *const argv[], const char *const extra_env[], double timeout_s,
              struct proc_result *r);
 void proc_result_deinit(struct proc_result *r);
 
 /* Starts argv in the background with stdout/stderr sent to /dev/null; returns the pid. */
-pid_t proc_spawn(char *const argv[]);
+pid_t proc_spawn(const char *const argv[]);
 
 /* Counts the lines of a file (0 when missing). */
 size_t proc_count_lines(const char *path);
