@@ -51,7 +51,8 @@ static void timed_free(void *self)
     (void)self; /* owned by main */
 }
 
-static const struct af_llm_ops timed_ops = {.kind = "timed", .chat = timed_chat, .free = timed_free};
+static const struct af_llm_ops timed_ops = {
+    .kind = "timed", .chat = timed_chat, .free = timed_free};
 
 struct job {
     const struct af_flow_params *p;
@@ -196,8 +197,8 @@ int main(int argc, char **argv)
     for (int i = 0; i < AF_N_SLOTS; i++)
         p.slots[i].llm = llm;
     p.tools = reg;
-    printf("flow_overhead: server delay %d ms, %s, 3 steps and 14 LLM calls per query\n",
-           delay_ms, url);
+    printf("flow_overhead: server delay %d ms, %s, 3 steps and 14 LLM calls per query\n", delay_ms,
+           url);
     int fails = 0;
     static const int levels[] = {1, 8, 64};
     for (size_t i = 0; i < 3; i++)

@@ -83,7 +83,7 @@ static void test_run_three_step_http(void **state)
     char url[128];
     snprintf(url, sizeof url, "%s", fake_server_url(fs));
     const char *argv[] = {proc_agentflow_bin(), "run", "--url", url, "--model", "test-model",
-                    "What is 6 times 7?", NULL};
+                          "What is 6 times 7?", NULL};
     struct proc_result r;
     assert_int_equal(proc_run(argv, NULL, RUN_TIMEOUT_S, &r), 0);
     if (r.exit_code != 0)
@@ -99,7 +99,7 @@ static void test_run_three_step_http(void **state)
     assert_int_equal(fake_server_request_count(fs), 14);
     char *last = fake_server_last_request(fs);
     assert_non_null(strstr(last, "\"model\": \"test-model\"") ? last
-                                                                : strstr(last, "\"test-model\""));
+                                                              : strstr(last, "\"test-model\""));
     free(last);
     proc_result_deinit(&r);
     fake_server_stop(fs);
@@ -112,8 +112,9 @@ static void test_run_json_and_trace(void **state)
     snprintf(url, sizeof url, "scripted:%s",
              src_path("tests/data/three_step.json", script, sizeof script));
     tmp_path("trace.jsonl", trace, sizeof trace);
-    const char *argv[] = {proc_agentflow_bin(), "run", "--url", url, "--json", "--trace", trace,
-                    "--quiet", "What is 6 times 7?", NULL};
+    const char *argv[] = {
+        proc_agentflow_bin(), "run", "--url", url, "--json", "--trace", trace, "--quiet",
+        "What is 6 times 7?", NULL};
     struct proc_result r;
     assert_int_equal(proc_run(argv, NULL, RUN_TIMEOUT_S, &r), 0);
     assert_int_equal(r.exit_code, 0);
@@ -125,12 +126,49 @@ static void test_run_json_and_trace(void **state)
     assert_int_equal(json_array_size(json_object_get(j, "memory")), 3);
     assert_true(json_is_object(json_object_get(j, "usage")));
     assert_true(json_is_object(json_object_get(j, "timings")));
+    json_t *cfg = json_object_get(j, "config");
+    assert_string_equal(json_string_value(json_object_get(json_object_get(cfg, "planner"), "url")),
+                        url);
+    assert_true(json_real_value(
+                    json_object_get(json_object_get(cfg, "planner"), "frequency_penalty")) > 1.19);
     assert_string_equal(r.err, "");
     json_decref(j);
     /* 1 analysis + 3 x 4 + 1 generator LLM records, 3 tool records, 1 final record */
     assert_int_equal(proc_count_lines(trace), 14 + 3 + 1);
     proc_result_deinit(&r);
     unlink(trace);
+}
+
+static long steps_of(const char *const *argv, const char *const *env)
+{
+    struct proc_result r;
+    assert_int_equal(proc_run(argv, env, RUN_TIMEOUT_S, &r), 0);
+    assert_int_equal(r.exit_code, 0);
+    json_t *j = json_loads(r.out, 0, NULL);
+    assert_non_null(j);
+    long n = (long)json_integer_value(json_object_get(j, "steps"));
+    json_decref(j);
+    proc_result_deinit(&r);
+    return n;
+}
+
+/* flags > environment > config file > defaults */
+static void test_config_precedence(void **state)
+{
+    (void)state;
+    char script[512], cfg[512], text[1024];
+    src_path("tests/data/three_step.json", script, sizeof script);
+    tmp_path("prec.json", cfg, sizeof cfg);
+    snprintf(text, sizeof text, "{\"url\": \"scripted:%s\", \"max_steps\": 1}", script);
+    write_file(cfg, text);
+    const char *base[] = {proc_agentflow_bin(), "run", "--config", cfg, "--json", "q", NULL};
+    const char *flag[] = {proc_agentflow_bin(), "run", "--config", cfg, "--json",
+                          "--max-steps",        "3",   "q",        NULL};
+    const char *env[] = {"AGENTFLOW_MAX_STEPS=2", NULL};
+    assert_int_equal(steps_of(base, NULL), 1);
+    assert_int_equal(steps_of(base, env), 2);
+    assert_int_equal(steps_of(flag, env), 3);
+    unlink(cfg);
 }
 
 static int run_code(const char *const *argv, const char *expect_in_err)
@@ -159,8 +197,8 @@ static void test_exit_codes(void **state)
     assert_int_equal(run_code(bad_flag, "--max-steps"), 2);
     const char *no_url[] = {bin, "run", "q", NULL};
     assert_int_equal(run_code(no_url, "no back-end URL"), 2);
-    const char *bad_tool[] = {bin, "run", "--url", "http://127.0.0.1:9/v1", "--tools", "Nope_Tool", "q",
-                        NULL};
+    const char *bad_tool[] = {bin,       "run",       "--url", "http://127.0.0.1:9/v1",
+                              "--tools", "Nope_Tool", "q",     NULL};
     assert_int_equal(run_code(bad_tool, "Nope_Tool"), 2);
     tmp_path("bad.json", cfg, sizeof cfg);
     write_file(cfg, "{\"max_steps\": 3,,}");
@@ -170,8 +208,8 @@ static void test_exit_codes(void **state)
     assert_int_equal(run_code(bad_cfg, "planner.temprature"), 4);
     tmp_path("missing.jsonl", in, sizeof in);
     tmp_path("out.jsonl", out, sizeof out);
-    const char *missing[] = {bin, "run", "--url", "http://127.0.0.1:9/v1", "--batch", in, "--out", out,
-                       NULL};
+    const char *missing[] = {bin,     "run", "--url", "http://127.0.0.1:9/v1", "--batch", in,
+                             "--out", out,   NULL};
     assert_int_equal(run_code(missing, "missing.jsonl"), 4);
     unlink(cfg);
     unlink(out);
@@ -205,8 +243,8 @@ static void test_backend_error_exit_3(void **state)
 static void write_slow_script(const char *path)
 {
     char src[512], *text = NULL, err[256];
-    assert_int_equal(af_file_read(src_path("tests/data/three_step.json", src, sizeof src),
-                                  1 << 20, &text, NULL, err, sizeof err),
+    assert_int_equal(af_file_read(src_path("tests/data/three_step.json", src, sizeof src), 1 << 20,
+                                  &text, NULL, err, sizeof err),
                      0);
     json_t *doc = json_loads(text, 0, NULL);
     free(text);
@@ -263,12 +301,12 @@ static void test_batch_kill_and_resume(void **state)
     char text[8192];
     size_t used = 0;
     for (int i = 0; i < N; i++)
-        used += (size_t)snprintf(text + used, sizeof text - used,
-                                 "{\"id\":\"id-%d\",\"query\":\"What is 6 times 7? (%d)\"}\n", i,
-                                 i);
+        used +=
+            (size_t)snprintf(text + used, sizeof text - used,
+                             "{\"id\":\"id-%d\",\"query\":\"What is 6 times 7? (%d)\"}\n", i, i);
     write_file(in, text);
-    const char *argv[] = {proc_agentflow_bin(), "run", "--url", url, "--batch", in, "--out",
-                    out, "--concurrency", "3", "--quiet", NULL};
+    const char *argv[] = {proc_agentflow_bin(), "run", "--url",   url, "--batch", in, "--out", out,
+                          "--concurrency",      "3",   "--quiet", NULL};
     pid_t pid = proc_spawn(argv);
     assert_true(pid > 0);
     double deadline = af_clock_ms() + RUN_TIMEOUT_S * 1000.0;
@@ -304,8 +342,8 @@ static void test_batch_bad_line(void **state)
     tmp_path("bad_batch.jsonl", in, sizeof in);
     tmp_path("bad_out.jsonl", out, sizeof out);
     write_file(in, "{\"id\":\"a\",\"query\":\"q\"}\n{\"id\":\"b\" \"query\":1}\n");
-    const char *argv[] = {proc_agentflow_bin(), "run", "--url", url, "--batch", in, "--out",
-                    out, NULL};
+    const char *argv[] = {
+        proc_agentflow_bin(), "run", "--url", url, "--batch", in, "--out", out, NULL};
     assert_int_equal(run_code(argv, "bad_batch.jsonl:2"), 4);
     assert_int_equal(proc_count_lines(out), 0);
     unlink(in);
@@ -334,9 +372,10 @@ int main(void)
         return 1;
     }
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_run_three_step_http), cmocka_unit_test(test_run_json_and_trace),
-        cmocka_unit_test(test_exit_codes),          cmocka_unit_test(test_backend_error_exit_3),
-        cmocka_unit_test(test_batch_kill_and_resume), cmocka_unit_test(test_batch_bad_line),
+        cmocka_unit_test(test_run_three_step_http),  cmocka_unit_test(test_run_json_and_trace),
+        cmocka_unit_test(test_exit_codes),           cmocka_unit_test(test_config_precedence),
+        cmocka_unit_test(test_backend_error_exit_3), cmocka_unit_test(test_batch_kill_and_resume),
+        cmocka_unit_test(test_batch_bad_line),
     };
     return cmocka_run_group_tests_name("cli", tests, setup, teardown);
 }

@@ -118,9 +118,8 @@ static void test_three_step_solve(void **state)
     assert_int_equal(json_integer_value(json_object_get(u, "calls")), 3);
     u = json_object_get(r.usage, "tool:Generalist_Solution_Generator_Tool");
     assert_int_equal(json_integer_value(json_object_get(u, "calls")), 3);
-    assert_int_equal(json_integer_value(json_object_get(json_object_get(r.usage, "verifier"),
-                                                        "calls")),
-                     3);
+    assert_int_equal(
+        json_integer_value(json_object_get(json_object_get(r.usage, "verifier"), "calls")), 3);
     assert_true(json_object_get(r.timings, "total_ms") != NULL);
     af_flow_result_deinit(&r);
     teardown_fixture(&f);
@@ -142,9 +141,8 @@ static void test_planner_retry_then_ok(void **state)
     struct af_flow_result r;
     assert_int_equal(af_flow_solve(&f.p, NULL, "q", &r), AF_OK);
     assert_int_equal(r.steps, 1);
-    assert_int_equal(json_integer_value(json_object_get(json_object_get(r.usage, "planner"),
-                                                        "calls")),
-                     2);
+    assert_int_equal(
+        json_integer_value(json_object_get(json_object_get(r.usage, "planner"), "calls")), 2);
     assert_null(json_object_get(json_array_get(r.memory, 0), "failed"));
     af_flow_result_deinit(&r);
     teardown_fixture(&f);
@@ -167,7 +165,8 @@ static void test_planner_garbage_is_failed_step(void **state)
     assert_int_equal(r.steps, 2);
     json_t *m0 = json_array_get(r.memory, 0);
     assert_true(json_is_true(json_object_get(m0, "failed")));
-    assert_non_null(strstr(json_string_value(json_object_get(m0, "result")), "could not be parsed"));
+    assert_non_null(
+        strstr(json_string_value(json_object_get(m0, "result")), "could not be parsed"));
     assert_string_equal(r.answer, "unknown");
     af_flow_result_deinit(&r);
     teardown_fixture(&f);
@@ -217,9 +216,8 @@ static void test_executor_unparsable_twice(void **state)
     json_t *m0 = json_array_get(r.memory, 0);
     assert_true(json_is_true(json_object_get(m0, "failed")));
     assert_non_null(strstr(json_string_value(json_object_get(m0, "result")), "no usable command"));
-    assert_int_equal(json_integer_value(json_object_get(json_object_get(r.usage, "executor"),
-                                                        "calls")),
-                     2);
+    assert_int_equal(
+        json_integer_value(json_object_get(json_object_get(r.usage, "executor"), "calls")), 2);
     af_flow_result_deinit(&r);
     teardown_fixture(&f);
 }
@@ -311,9 +309,9 @@ static void test_trace_and_prompt_override(void **state)
             assert_non_null(json_object_get(j, "latency_ms"));
         } else if (!strcmp(type, "tool")) {
             n_tool++;
-            assert_string_equal(json_string_value(json_object_get(json_object_get(j, "args"),
-                                                                  "query")),
-                                "What is 6*7?");
+            assert_string_equal(
+                json_string_value(json_object_get(json_object_get(j, "args"), "query")),
+                "What is 6*7?");
         } else if (!strcmp(type, "final")) {
             n_final++;
             assert_string_equal(json_string_value(json_object_get(j, "answer")), "42");

@@ -64,7 +64,8 @@ static void test_multiline_context_non_ascii(void **state)
     (void)state;
     parse_ok("Context: Zürich and 東京 are cities.\nBoth are large.\nSub-Goal: Compare "
              "them 🙂\nTool Name: `Web_Search_Tool`.",
-             "Zürich and 東京 are cities.\nBoth are large.", "Compare them 🙂", "Web_Search_Tool");
+             "Zürich and 東京 are cities.\nBoth are large.", "Compare them 🙂",
+             "Web_Search_Tool");
 }
 
 static void test_json_reply(void **state)
@@ -80,15 +81,13 @@ static void test_missing_fields(void **state)
     (void)state;
     struct next_step ns;
     char err[256];
-    assert_int_equal(parse_next_step("I think we should search.", &ns, err, sizeof err),
-                     AF_EPARSE);
+    assert_int_equal(parse_next_step("I think we should search.", &ns, err, sizeof err), AF_EPARSE);
     assert_non_null(strstr(err, "Tool Name"));
-    assert_int_equal(parse_next_step("Sub-Goal: x\nTool Name: T", &ns, err, sizeof err),
-                     AF_EPARSE);
+    assert_int_equal(parse_next_step("Sub-Goal: x\nTool Name: T", &ns, err, sizeof err), AF_EPARSE);
     assert_non_null(strstr(err, "Context"));
-    assert_int_equal(parse_next_step("Context: a\nSub-Goal: b\nTool Name:   \n", &ns, err,
-                                     sizeof err),
-                     AF_EPARSE);
+    assert_int_equal(
+        parse_next_step("Context: a\nSub-Goal: b\nTool Name:   \n", &ns, err, sizeof err),
+        AF_EPARSE);
     assert_int_equal(parse_next_step(NULL, &ns, err, sizeof err), AF_EPARSE);
 }
 
@@ -104,9 +103,8 @@ static void test_verdict(void **state)
     assert_int_equal(parse_verdict("**Conclusion:** **STOP**", &expl), 1);
     assert_int_equal(expl, 0);
     /* The last conclusion counts. */
-    assert_int_equal(parse_verdict("Conclusion: STOP\nWait, more is needed.\nConclusion: continue",
-                                   &expl),
-                     0);
+    assert_int_equal(
+        parse_verdict("Conclusion: STOP\nWait, more is needed.\nConclusion: continue", &expl), 0);
     /* Fallbacks: "stop" anywhere, then "continue", then CONTINUE. */
     assert_int_equal(parse_verdict("We can stop here.", &expl), 1);
     assert_int_equal(expl, 0);

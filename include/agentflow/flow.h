@@ -54,21 +54,21 @@ void af_trace_close(struct af_trace *t);
 struct af_flow_step_info {
     const char *query_id;
     int step;
-    const char *tool;     /* may be "" when the planner failed */
+    const char *tool; /* may be "" when the planner failed */
     const char *sub_goal;
-    const char *verdict;  /* "STOP" or "CONTINUE" */
-    double elapsed_ms;    /* since the solve began */
+    const char *verdict; /* "STOP" or "CONTINUE" */
+    double elapsed_ms;   /* since the solve began */
     double step_ms;
-    int failed;           /* the step recorded an error */
+    int failed; /* the step recorded an error */
 };
 
 struct af_flow_params {
-    int max_steps;          /* default 10 */
-    double max_time_s;      /* default 300; checked before each step */
-    int max_parse_retries;  /* extra tries for an unparsable module output; default 1 */
+    int max_steps;           /* default 10 */
+    double max_time_s;       /* default 300; checked before each step */
+    int max_parse_retries;   /* extra tries for an unparsable module output; default 1 */
     size_t max_result_chars; /* cap on each string in a tool result; default 100000 */
-    double tool_timeout_s;  /* deadline handed to each tool call; default 120 */
-    int detailed_answer;    /* also write the long final answer; default 0 */
+    double tool_timeout_s;   /* deadline handed to each tool call; default 120 */
+    int detailed_answer;     /* also write the long final answer; default 0 */
     struct af_flow_slot slots[AF_N_SLOTS];
     const struct af_tool_registry *tools; /* borrowed */
     const struct af_prompts *prompts;     /* borrowed; NULL = compiled-in */
@@ -83,16 +83,16 @@ struct af_flow_params af_flow_default_params(void);
 
 /* Everything a solve produced. Owned by the result: af_flow_result_deinit. */
 struct af_flow_result {
-    char *answer;          /* extracted final answer (last <answer>..</answer>, the Answer:
-                              part, or the whole direct output); NULL if the solve failed early */
-    char *direct_output;   /* the generator's raw reply */
-    char *final_output;    /* detailed answer, when requested */
+    char *answer;        /* extracted final answer (last <answer>..</answer>, the Answer:
+                            part, or the whole direct output); NULL if the solve failed early */
+    char *direct_output; /* the generator's raw reply */
+    char *final_output;  /* detailed answer, when requested */
     char *query_analysis;
     int steps;
-    json_t *memory;        /* [{step, tool, sub_goal, command, result, ...}] */
-    json_t *usage;         /* {module: {calls, prompt_tokens, completion_tokens}} */
-    json_t *timings;       /* {total_ms, query_analysis_ms, generator_ms, steps:[...]} */
-    int err;               /* AF_OK, or the back-end error that stopped the solve */
+    json_t *memory;  /* [{step, tool, sub_goal, command, result, ...}] */
+    json_t *usage;   /* {module: {calls, prompt_tokens, completion_tokens}} */
+    json_t *timings; /* {total_ms, query_analysis_ms, generator_ms, steps:[...]} */
+    int err;         /* AF_OK, or the back-end error that stopped the solve */
     char *errmsg;
 };
 

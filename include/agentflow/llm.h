@@ -24,11 +24,11 @@ struct af_msg {
 };
 
 struct af_sampling {
-    double temperature;       /* 0 = greedy */
+    double temperature; /* 0 = greedy */
     double top_p;
     int max_tokens;
     double frequency_penalty;
-    int has_seed;             /* seed is sent only when set */
+    int has_seed; /* seed is sent only when set */
     int64_t seed;
     size_t n_stop;
     const char *stop[AF_LLM_MAX_STOP]; /* borrowed */
@@ -46,21 +46,21 @@ struct af_llm_request {
 
 /* Everything a reply can carry. Every pointer is owned by the reply (af_llm_reply_deinit). */
 struct af_llm_reply {
-    char *text;                 /* assistant content; NULL on error */
-    char *model;                /* model name the server reported, or NULL */
-    char *finish_reason;        /* "stop", "length", ... or NULL */
-    int64_t prompt_tokens;      /* -1 when unknown */
-    int64_t completion_tokens;  /* -1 when unknown */
-    double latency_ms;          /* wall time of the whole call, retries included */
-    int n_attempts;             /* HTTP attempts made (1 without retries) */
-    int http_status;            /* last HTTP status, 0 when none */
-    int err;                    /* AF_OK or AF_E* */
-    char *errmsg;               /* names URL, status and server message; NULL when ok */
+    char *text;                /* assistant content; NULL on error */
+    char *model;               /* model name the server reported, or NULL */
+    char *finish_reason;       /* "stop", "length", ... or NULL */
+    int64_t prompt_tokens;     /* -1 when unknown */
+    int64_t completion_tokens; /* -1 when unknown */
+    double latency_ms;         /* wall time of the whole call, retries included */
+    int n_attempts;            /* HTTP attempts made (1 without retries) */
+    int http_status;           /* last HTTP status, 0 when none */
+    int err;                   /* AF_OK or AF_E* */
+    char *errmsg;              /* names URL, status and server message; NULL when ok */
     /* Filled by back-ends that can (the in-process engine); NULL / 0 otherwise. */
     int32_t *prompt_ids;
     size_t n_prompt_ids;
     int32_t *response_ids;
-    float *response_logprobs;   /* one per response id */
+    float *response_logprobs; /* one per response id */
     size_t n_response_ids;
 };
 
@@ -92,12 +92,12 @@ const char *af_llm_describe(const struct af_llm *llm);
 
 /* --- OpenAI-compatible chat completions over libcurl ---------------------------------- */
 struct af_llm_openai_params {
-    const char *base_url;      /* e.g. "http://127.0.0.1:8000/v1"; /chat/completions is added */
-    const char *api_key;       /* may be NULL: no Authorization header */
-    const char *model;         /* default model name when a request names none */
-    long connect_timeout_ms;   /* default 10000 */
-    long timeout_ms;           /* total per attempt; default 300000 */
-    int max_retries;           /* retries after the first attempt on 429/5xx/connection errors; default 5 */
+    const char *base_url;    /* e.g. "http://127.0.0.1:8000/v1"; /chat/completions is added */
+    const char *api_key;     /* may be NULL: no Authorization header */
+    const char *model;       /* default model name when a request names none */
+    long connect_timeout_ms; /* default 10000 */
+    long timeout_ms;         /* total per attempt; default 300000 */
+    int max_retries; /* retries after the first attempt on 429/5xx/connection errors; default 5 */
     double backoff_base_ms;    /* first backoff; doubles each retry, with jitter; default 500 */
     double backoff_max_ms;     /* cap per wait; default 30000 */
     double retry_budget_ms;    /* total time across attempts and waits; default 600000 */

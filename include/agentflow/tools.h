@@ -39,7 +39,7 @@ struct af_tool_param {
 #define AF_TOOL_MAX_DEMOS 4
 
 struct af_tool_card {
-    const char *name;        /* the long name the planner sees, e.g. Generalist_Solution_Generator_Tool */
+    const char *name; /* the long name the planner sees, e.g. Generalist_Solution_Generator_Tool */
     const char *description;
     const char *version;
     size_t n_params;
@@ -55,10 +55,10 @@ struct af_tool_card {
 
 /* What a call gets besides its arguments. Everything is borrowed for the duration of the call. */
 struct af_tool_ctx {
-    struct af_llm *llm;               /* the tool's LLM back-end, or NULL */
+    struct af_llm *llm;                 /* the tool's LLM back-end, or NULL */
     const struct af_sampling *sampling; /* sampling for that back-end */
-    const char *model;                /* model name for that back-end, or NULL */
-    double deadline_ms;               /* af_clock_ms() value after which to give up; 0 = none */
+    const char *model;                  /* model name for that back-end, or NULL */
+    double deadline_ms;                 /* af_clock_ms() value after which to give up; 0 = none */
     /* Optional: told about every LLM call the tool makes (for traces and usage). */
     void (*on_llm_call)(void *user, const struct af_llm_request *req,
                         const struct af_llm_reply *reply);

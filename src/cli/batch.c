@@ -141,8 +141,8 @@ static int load_items(const char *path, json_t *done, struct batch *b)
                         !j ? je.text : "each line needs \"id\" and \"query\" strings");
                 rc = -1;
             } else if (json_object_get(seen, id)) {
-                fprintf(stderr, "agentflow run: %s:%zu: duplicate id '%s' skipped\n", path,
-                        lineno, id);
+                fprintf(stderr, "agentflow run: %s:%zu: duplicate id '%s' skipped\n", path, lineno,
+                        id);
             } else {
                 json_object_set_new(seen, id, json_true());
                 if (!json_object_get(done, id)) {
@@ -186,7 +186,10 @@ static void *worker(void *arg)
             b->n_done++;
         if (!b->quiet || err != AF_OK || wrc != AF_OK)
             fprintf(stderr, "[batch %zu/%zu] id=%s %s%s\n", b->n_done + b->n_failed, b->n_items,
-                    it->id, err != AF_OK ? "failed: " : wrc ? "write failed" : "done",
+                    it->id,
+                    err != AF_OK ? "failed: "
+                    : wrc        ? "write failed"
+                                 : "done",
                     err != AF_OK && res.errmsg ? res.errmsg : "");
         pthread_mutex_unlock(&b->mu);
         free(line);
@@ -227,8 +230,8 @@ int batch_run(struct run_ctx *rc, const char *in_path, const char *out_path, int
         pthread_join(th[i], NULL);
     free(th);
     if (!quiet)
-        fprintf(stderr, "[batch] %zu done, %zu failed, %zu already in %s\n", b.n_done,
-                b.n_failed, json_object_size(done), out_path);
+        fprintf(stderr, "[batch] %zu done, %zu failed, %zu already in %s\n", b.n_done, b.n_failed,
+                json_object_size(done), out_path);
     if (b.n_failed)
         code = CLI_EBACKEND;
 out:

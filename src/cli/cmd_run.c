@@ -16,46 +16,45 @@
 
 static void run_usage(FILE *f)
 {
-    fprintf(f,
-            "usage: agentflow run [options] QUERY\n"
-            "       agentflow run [options] --batch IN.jsonl --out OUT.jsonl [--concurrency N]\n"
-            "\n"
-            "Answers QUERY with the agent flow and prints the final answer on stdout; one\n"
-            "progress line per step goes to stderr.\n"
-            "\n"
-            "engines (URL: http(s)://HOST/v1, scripted:FILE.json):\n"
-            "  --url URL, --model NAME          set every slot\n"
-            "  --planner-url URL, --planner-model NAME\n"
-            "  --fixed-url URL, --fixed-model NAME        query analysis, verifier, generator\n"
-            "  --executor-url URL, --executor-model NAME\n"
-            "  --tool-url URL, --tool-model NAME          LLM calls made by tools\n"
-            "\n"
-            "flow:\n"
-            "  --max-steps N      turns (default 10)\n"
-            "  --max-time S       seconds, checked before each turn (default 300)\n"
-            "  --tools LIST       comma-separated tool names (default: all built-ins)\n"
-            "  --prompts DIR      override prompt templates with DIR/NAME.txt\n"
-            "  --detailed         also write a detailed final answer\n"
-            "  --config FILE      JSON configuration (same keys; see docs/CONFIG.md)\n"
-            "\n"
-            "output:\n"
-            "  --json             print one JSON object: answer, steps, memory, usage, timings\n"
-            "  --trace FILE       append JSONL trace records (docs/TRACE.md)\n"
-            "  --quiet            no progress lines\n"
-            "\n"
-            "batch:\n"
-            "  --batch IN.jsonl   lines {\"id\",\"query\"}\n"
-            "  --out OUT.jsonl    results, appended and fsync'd; ids already there are skipped\n"
-            "  --concurrency N    flows at once (default 4)\n"
-            "\n"
-            "Precedence: flags, then environment (OPENAI_API_KEY, AGENTFLOW_*), then --config,\n"
-            "then defaults. Exit codes: 0 ok, 2 usage, 3 back-end error, 4 bad input file.\n");
+    fprintf(f, "usage: agentflow run [options] QUERY\n"
+               "       agentflow run [options] --batch IN.jsonl --out OUT.jsonl [--concurrency N]\n"
+               "\n"
+               "Answers QUERY with the agent flow and prints the final answer on stdout; one\n"
+               "progress line per step goes to stderr.\n"
+               "\n"
+               "engines (URL: http(s)://HOST/v1, scripted:FILE.json):\n"
+               "  --url URL, --model NAME          set every slot\n"
+               "  --planner-url URL, --planner-model NAME\n"
+               "  --fixed-url URL, --fixed-model NAME        query analysis, verifier, generator\n"
+               "  --executor-url URL, --executor-model NAME\n"
+               "  --tool-url URL, --tool-model NAME          LLM calls made by tools\n"
+               "\n"
+               "flow:\n"
+               "  --max-steps N      turns (default 10)\n"
+               "  --max-time S       seconds, checked before each turn (default 300)\n"
+               "  --tools LIST       comma-separated tool names (default: all built-ins)\n"
+               "  --prompts DIR      override prompt templates with DIR/NAME.txt\n"
+               "  --detailed         also write a detailed final answer\n"
+               "  --config FILE      JSON configuration (same keys; see docs/CONFIG.md)\n"
+               "\n"
+               "output:\n"
+               "  --json             print one JSON object: answer, steps, memory, usage, timings\n"
+               "  --trace FILE       append JSONL trace records (docs/TRACE.md)\n"
+               "  --quiet            no progress lines\n"
+               "\n"
+               "batch:\n"
+               "  --batch IN.jsonl   lines {\"id\",\"query\"}\n"
+               "  --out OUT.jsonl    results, appended and fsync'd; ids already there are skipped\n"
+               "  --concurrency N    flows at once (default 4)\n"
+               "\n"
+               "Precedence: flags, then environment (OPENAI_API_KEY, AGENTFLOW_*), then --config,\n"
+               "then defaults. Exit codes: 0 ok, 2 usage, 3 back-end error, 4 bad input file.\n");
 }
 
 enum {
     OPT_URL = 256,
     OPT_MODEL,
-    OPT_SLOT_URL,   /* + slot */
+    OPT_SLOT_URL, /* + slot */
     OPT_SLOT_MODEL = OPT_SLOT_URL + AF_N_SLOTS,
     OPT_MAX_STEPS = OPT_SLOT_MODEL + AF_N_SLOTS,
     OPT_MAX_TIME,
@@ -154,7 +153,9 @@ static int parse_args(int argc, char **argv, struct run_args *a)
         case OPT_PROMPTS:
         case OPT_TRACE:
             json_object_set_new(a->flags,
-                                o == OPT_TOOLS ? "tools" : o == OPT_PROMPTS ? "prompts" : "trace",
+                                o == OPT_TOOLS     ? "tools"
+                                : o == OPT_PROMPTS ? "prompts"
+                                                   : "trace",
                                 json_string(optarg));
             break;
         case OPT_DETAILED:
@@ -205,8 +206,8 @@ static int build_config(const struct run_args *a, struct run_config *cfg)
         json_t *j = json_loads(text, 0, &je);
         free(text);
         if (!j) {
-            fprintf(stderr, "agentflow run: %s: line %d column %d: %s\n", a->config_file,
-                    je.line, je.column, je.text);
+            fprintf(stderr, "agentflow run: %s: line %d column %d: %s\n", a->config_file, je.line,
+                    je.column, je.text);
             return CLI_EINPUT;
         }
         int rc = config_apply_json(cfg, j, a->config_file, err, sizeof err);
@@ -239,13 +240,15 @@ static void on_step(void *user, const struct af_flow_step_info *s)
             s->step_ms / 1000.0, s->sub_goal ? s->sub_goal : "");
 }
 
-static int solve_one(struct run_ctx *rc, const char *query, int json_out)
+static int solve_one(struct run_ctx *rc, const struct run_config *cfg, const char *query,
+                     int json_out)
 {
     struct af_flow_result res;
     int err = af_flow_solve(&rc->params, NULL, query, &res);
     int code = CLI_OK;
     if (json_out) {
         json_t *j = af_flow_result_json(&res);
+        json_object_set_new(j, "config", config_to_json(cfg));
         char *s = json_dumps(j, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
         printf("%s\n", s ? s : "{}");
         free(s);
@@ -295,7 +298,7 @@ int cmd_run(int argc, char **argv)
     if (a.batch_in)
         code = batch_run(&rc, a.batch_in, a.batch_out, a.concurrency, a.quiet);
     else
-        code = solve_one(&rc, argv[optind], a.json_out);
+        code = solve_one(&rc, &cfg, argv[optind], a.json_out);
 out:
     run_ctx_close(&rc);
     config_deinit(&cfg);

@@ -9,10 +9,11 @@
 
 int cmd_tool(int argc, char **argv)
 {
-    if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "list") != 0) {
-        FILE *f = argc >= 2 && strcmp(argv[1], "--help") == 0 ? stdout : stderr;
-        fprintf(f, "usage: agentflow tool list\n\nPrints each built-in tool's card as JSON.\n");
-        return f == stdout ? CLI_OK : CLI_EUSAGE;
+    int help = argc >= 2 && strcmp(argv[1], "--help") == 0;
+    if (help || argc < 2 || strcmp(argv[1], "list") != 0) {
+        fprintf(help ? stdout : stderr,
+                "usage: agentflow tool list\n\nPrints each built-in tool's card as JSON.\n");
+        return help ? CLI_OK : CLI_EUSAGE;
     }
     struct af_tool_registry *r = af_tool_registry_new();
     char err[512];

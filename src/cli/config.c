@@ -94,7 +94,9 @@ static int apply_slot_key(struct slot_cfg *s, const char *k, const json_t *v, co
     if (!strcmp(k, "url") || !strcmp(k, "model") || !strcmp(k, "api_key_env")) {
         if (!json_is_string(v))
             return bad(err, errlen, origin, k, "a string");
-        set_str(!strcmp(k, "url") ? &s->url : !strcmp(k, "model") ? &s->model : &s->api_key_env,
+        set_str(!strcmp(k, "url")     ? &s->url
+                : !strcmp(k, "model") ? &s->model
+                                      : &s->api_key_env,
                 json_string_value(v));
     } else if (!strcmp(k, "temperature") || !strcmp(k, "top_p") ||
                !strcmp(k, "frequency_penalty") || !strcmp(k, "timeout_s") ||
@@ -158,8 +160,8 @@ static int apply_tools(struct run_config *c, const json_t *v, const char *origin
     return AF_OK;
 }
 
-static int apply_top_key(struct run_config *c, const char *k, const json_t *v,
-                         const char *origin, char *err, size_t errlen)
+static int apply_top_key(struct run_config *c, const char *k, const json_t *v, const char *origin,
+                         char *err, size_t errlen)
 {
     if (!strcmp(k, "max_steps")) {
         if (!json_is_integer(v) || json_integer_value(v) < 1 || json_integer_value(v) > 1000)
@@ -186,8 +188,7 @@ static int apply_top_key(struct run_config *c, const char *k, const json_t *v,
     return AF_OK;
 }
 
-int config_apply_json(struct run_config *c, json_t *j, const char *origin, char *err,
-                      size_t errlen)
+int config_apply_json(struct run_config *c, json_t *j, const char *origin, char *err, size_t errlen)
 {
     if (!json_is_object(j)) {
         snprintf(err, errlen, "%s: the configuration must be a JSON object", origin);
@@ -276,8 +277,7 @@ int config_apply_env(struct run_config *c, char *err, size_t errlen)
     return AF_OK;
 }
 
-static struct af_llm *open_one(const struct slot_cfg *s, const char *slot, char *err,
-                               size_t errlen)
+static struct af_llm *open_one(const struct slot_cfg *s, const char *slot, char *err, size_t errlen)
 {
     if (!s->url || !s->url[0]) {
         snprintf(err, errlen,
@@ -361,4 +361,36 @@ void config_flow_params(const struct run_config *c, const struct backends *b,
         p->slots[i].model = c->slots[i].model;
         p->slots[i].sampling = c->slots[i].sampling;
     }
+}
+
+static json_t *slot_json(const struct slot_cfg *s)
+{
+    json_t *j =
+        json_pack("{s:s?,s:s?,s:s?,s:f,s:f,s:i,s:f,s:f,s:f,s:i}", "url", s->url, "model", s->model,
+                  "api_key_env", s->api_key_env, "temperature", s->sampling.temperature, "top_p",
+                  s->sampling.top_p, "max_tokens", s->sampling.max_tokens, "frequency_penalty",
+                  s->sampling.frequency_penalty, "timeout_s", s->timeout_s, "connect_timeout_s",
+                  s->connect_timeout_s, "max_retries", s->max_retries);
+    if (s->sampling.has_seed)
+        json_object_set_new(j, "seed", json_integer((json_int_t)s->sampling.seed));
+    if (s->sampling.n_stop) {
+        json_t *st = json_array();
+        for (size_t i = 0; i < s->sampling.n_stop; i++)
+            json_array_append_new(st, json_string(s->stop[i]));
+        json_object_set_new(j, "stop", st);
+    }
+    return j;
+}
+
+json_t *config_to_json(const struct run_config *c)
+{
+    json_t *j = json_object();
+    for (int i = 0; i < AF_N_SLOTS; i++)
+        json_object_set_new(j, af_slot_name(i), slot_json(&c->slots[i]));
+    json_object_set_new(j, "max_steps", json_integer(c->max_steps));
+    json_object_set_new(j, "max_time", json_real(c->max_time_s));
+    json_object_set_new(j, "tools", c->tools ? json_string(c->tools) : json_null());
+    json_object_set_new(j, "prompts", c->prompts ? json_string(c->prompts) : json_null());
+    json_object_set_new(j, "detailed", json_boolean(c->detailed));
+    return j;
 }

@@ -47,6 +47,10 @@ int config_apply_env(struct run_config *c, char *err, size_t errlen);
 void config_set_url(struct run_config *c, int slot, const char *url);
 void config_set_model(struct run_config *c, int slot, const char *model);
 
+/* The effective configuration as JSON (every slot's url, model, key variable, sampling and
+ * timeouts; never a key itself), for result records. Owned by the caller. */
+json_t *config_to_json(const struct run_config *c);
+
 /* The back-ends of a configuration: slots naming the same URL and key share one handle. */
 struct backends {
     struct af_llm *llm[AF_N_SLOTS]; /* borrowed views into owned[] */

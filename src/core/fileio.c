@@ -20,8 +20,7 @@ static void seterr(char *err, size_t errlen, const char *what, const char *path,
         snprintf(err, errlen, "%s '%s': %s", what, path, strerror(e));
 }
 
-int af_file_read(const char *path, size_t limit, char **out, size_t *len, char *err,
-                 size_t errlen)
+int af_file_read(const char *path, size_t limit, char **out, size_t *len, char *err, size_t errlen)
 {
     *out = NULL;
     int fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -87,8 +86,7 @@ static int write_all(int fd, const char *p, size_t n)
     return 0;
 }
 
-int af_file_write_atomic(const char *path, const void *data, size_t len, char *err,
-                         size_t errlen)
+int af_file_write_atomic(const char *path, const void *data, size_t len, char *err, size_t errlen)
 {
     size_t plen = strlen(path);
     char *tmp = af_xmalloc(plen + 32);

@@ -30,13 +30,11 @@ json_t *exec_truncate(json_t *v, size_t max_chars)
         json_string_set(v, t);
         free(t);
     } else if (json_is_array(v)) {
-        size_t i;
-        json_t *e;
-        json_array_foreach(v, i, e) exec_truncate(e, max_chars);
+        for (size_t i = 0; i < json_array_size(v); i++)
+            exec_truncate(json_array_get(v, i), max_chars);
     } else if (json_is_object(v)) {
-        const char *k;
-        json_t *e;
-        json_object_foreach(v, k, e) exec_truncate(e, max_chars);
+        for (void *it = json_object_iter(v); it; it = json_object_iter_next(v, it))
+            exec_truncate(json_object_iter_value(it), max_chars);
     }
     return v;
 }

@@ -13,8 +13,8 @@
 #include "agentflow/tools.h"
 
 struct exec_outcome {
-    json_t *result;   /* list of per-call results, or an error string; owned */
-    json_t *calls;    /* [{args, result, duration_ms, error}] for the trace; owned */
+    json_t *result; /* list of per-call results, or an error string; owned */
+    json_t *calls;  /* [{args, result, duration_ms, error}] for the trace; owned */
     int n_calls;
     int n_failed;     /* calls that failed validation or reported an error */
     int parse_failed; /* the command did not parse (result holds the message) */

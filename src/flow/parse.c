@@ -93,8 +93,11 @@ int parse_next_step(const char *reply, struct next_step *out, char *err, size_t 
         snprintf(err, errlen, "empty reply");
         return AF_EPARSE;
     }
-    if (from_json(reply, out))
-        return AF_OK;
+    if (from_json(reply, out)) {
+        if (out->tool_name[0])
+            return AF_OK;
+        next_step_deinit(out);
+    }
     char *text = strip_bold(reply);
     const char *pos = text, *c = NULL, *g = NULL, *t = NULL;
     for (;;) {
@@ -110,9 +113,9 @@ int parse_next_step(const char *reply, struct next_step *out, char *err, size_t 
     if (!t) {
         snprintf(err, errlen, "%s",
                  find_ci(text, "Tool Name:") ? "missing a 'Context:' or 'Sub-Goal:' field before "
-                                                 "'Tool Name:'"
-                                               : "missing the 'Context:', 'Sub-Goal:' and 'Tool "
-                                                 "Name:' fields");
+                                               "'Tool Name:'"
+                                             : "missing the 'Context:', 'Sub-Goal:' and 'Tool "
+                                               "Name:' fields");
         free(text);
         return AF_EPARSE;
     }

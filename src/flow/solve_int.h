@@ -16,11 +16,11 @@ struct solve_ctx {
     const char *query;
     struct af_flow_result *out;
     struct memory mem;
-    json_t *step_timings; /* owned until finish */
+    json_t *step_timings;   /* owned until finish */
     char *available_tools;  /* JSON list of names */
     char *toolbox_metadata; /* JSON object name -> card */
     double t0;
-    int step;        /* current step, 0 during query analysis */
+    int step;                /* current step, 0 during query analysis */
     const char *tool_module; /* "tool:NAME" while a tool runs, for its LLM calls */
 };
 

@@ -70,7 +70,8 @@ static void record_llm(struct solve_ctx *c, const char *module, const char *slot
     }
     af_json_add_int(u, "calls", 1);
     af_json_add_int(u, "prompt_tokens", rep->prompt_tokens > 0 ? rep->prompt_tokens : 0);
-    af_json_add_int(u, "completion_tokens", rep->completion_tokens > 0 ? rep->completion_tokens : 0);
+    af_json_add_int(u, "completion_tokens",
+                    rep->completion_tokens > 0 ? rep->completion_tokens : 0);
     if (!c->p->trace)
         return;
     json_t *r = base_record(c, "llm");
@@ -86,9 +87,9 @@ static void record_llm(struct solve_ctx *c, const char *module, const char *slot
     json_object_set_new(r, "response", rep->text ? af_json_text(rep->text) : json_null());
     json_object_set_new(r, "finish_reason",
                         rep->finish_reason ? af_json_text(rep->finish_reason) : json_null());
-    json_object_set_new(r, "usage", json_pack("{s:I,s:I}", "prompt_tokens",
-                                              (json_int_t)rep->prompt_tokens, "completion_tokens",
-                                              (json_int_t)rep->completion_tokens));
+    json_object_set_new(r, "usage",
+                        json_pack("{s:I,s:I}", "prompt_tokens", (json_int_t)rep->prompt_tokens,
+                                  "completion_tokens", (json_int_t)rep->completion_tokens));
     json_object_set_new(r, "latency_ms", json_real(rep->latency_ms));
     json_object_set_new(r, "attempts", json_integer(rep->n_attempts));
     json_object_set_new(r, "error", rep->err ? af_json_text(rep->errmsg) : json_null());
@@ -97,7 +98,7 @@ static void record_llm(struct solve_ctx *c, const char *module, const char *slot
         json_object_set_new(r, "response_ids", ids_json(rep->response_ids, rep->n_response_ids));
         json_t *lp = json_array();
         for (size_t i = 0; rep->response_logprobs && i < rep->n_response_ids; i++)
-            json_array_append_new(lp, json_real(rep->response_logprobs[i]));
+            json_array_append_new(lp, json_real((double)rep->response_logprobs[i]));
         json_object_set_new(r, "logprobs", lp);
     }
     (void)af_trace_write(c->p->trace, r);
@@ -116,8 +117,8 @@ int solve_chat(struct solve_ctx *c, enum af_slot slot, const char *module, const
                              {"user", prompt ? prompt : ""},
                              {"assistant", prev},
                              {"user", retry}};
-    struct af_llm_request req = {.msgs = msgs, .n_msgs = prev && retry ? 4 : 2,
-                                 .sampling = s->sampling, .model = s->model};
+    struct af_llm_request req = {
+        .msgs = msgs, .n_msgs = prev && retry ? 4 : 2, .sampling = s->sampling, .model = s->model};
     struct af_llm_reply rep;
     af_llm_reply_init(&rep);
     int rc = af_llm_chat(s->llm, &req, &rep);

@@ -231,8 +231,8 @@ static int generate(struct solve_ctx *c)
     int rc = AF_OK;
     if (c->p->detailed_answer) {
         char *prompt = prompt_render(c->p->prompts, "final_output", v, 3);
-        rc = solve_chat(c, AF_SLOT_FIXED, "final_output", prompt, NULL, NULL,
-                        &c->out->final_output);
+        rc =
+            solve_chat(c, AF_SLOT_FIXED, "final_output", prompt, NULL, NULL, &c->out->final_output);
         free(prompt);
     }
     if (rc == AF_OK) {
@@ -301,9 +301,8 @@ static void report_step(struct solve_ctx *c, const char *tool, const char *sub_g
                         int failed, double t0, double tool_ms)
 {
     double now = af_clock_ms();
-    json_array_append_new(c->step_timings,
-                          json_pack("{s:i,s:f,s:f}", "step", c->step, "step_ms", now - t0,
-                                    "tool_ms", tool_ms));
+    json_array_append_new(c->step_timings, json_pack("{s:i,s:f,s:f}", "step", c->step, "step_ms",
+                                                     now - t0, "tool_ms", tool_ms));
     if (!c->p->on_step)
         return;
     struct af_flow_step_info info = {.query_id = c->qid,
@@ -377,8 +376,7 @@ int af_flow_solve(const struct af_flow_params *p, const char *query_id, const ch
     struct solve_ctx c;
     init_ctx(&c, p, query_id, query ? query : "", out);
     int rc = analyze_query(&c);
-    while (rc == AF_OK && c.step < p->max_steps &&
-           af_clock_ms() - c.t0 < p->max_time_s * 1000.0) {
+    while (rc == AF_OK && c.step < p->max_steps && af_clock_ms() - c.t0 < p->max_time_s * 1000.0) {
         c.step++;
         int stop = 0;
         rc = run_step(&c, &stop);

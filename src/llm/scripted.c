@@ -20,8 +20,8 @@
 #define SCRIPT_MAX_BYTES (64u << 20)
 
 struct rule {
-    char *match;  /* NULL = any prompt */
-    char *reply;  /* NULL when error is set */
+    char *match; /* NULL = any prompt */
+    char *reply; /* NULL when error is set */
     char *error;
     int all_msgs; /* match against every message, not only the last user one */
     long times;   /* uses left; -1 = unlimited */
@@ -160,7 +160,8 @@ struct af_llm *af_llm_scripted_new(const char *script_json, char *err, size_t er
         return NULL;
     }
     json_t *rules = json_object_get(root, "rules"), *dflt = json_object_get(root, "default");
-    if (!json_is_object(root) || (rules && !json_is_array(rules)) || (dflt && !json_is_string(dflt))) {
+    if (!json_is_object(root) || (rules && !json_is_array(rules)) ||
+        (dflt && !json_is_string(dflt))) {
         snprintf(err, errlen, "scripted back-end: expected {\"rules\":[...], \"default\":\"...\"}");
         json_decref(root);
         return NULL;

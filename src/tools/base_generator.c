@@ -38,7 +38,8 @@ static int base_generator_call(void *self, const json_t *args, const struct af_t
     (void)self;
     const char *query = json_string_value(json_object_get(args, "query"));
     if (!ctx || !ctx->llm) {
-        *result = json_pack("{s:s}", "error", "Generalist_Solution_Generator_Tool has no LLM engine");
+        *result =
+            json_pack("{s:s}", "error", "Generalist_Solution_Generator_Tool has no LLM engine");
         return AF_EINVAL;
     }
     struct af_msg msg = {.role = "user", .content = query ? query : ""};

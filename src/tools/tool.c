@@ -106,9 +106,8 @@ json_t *af_tool_card_json(const struct af_tool_card *c)
     for (size_t i = 0; i < c->n_demos; i++) {
         json_t *d = json_object();
         json_object_set_new(d, "command", json_string(c->demo_commands[i]));
-        json_object_set_new(d, "description", json_string(c->demo_descriptions[i]
-                                                              ? c->demo_descriptions[i]
-                                                              : ""));
+        json_object_set_new(d, "description",
+                            json_string(c->demo_descriptions[i] ? c->demo_descriptions[i] : ""));
         json_array_append_new(demos, d);
     }
     json_object_set_new(j, "demo_commands", demos);

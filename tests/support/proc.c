@@ -14,6 +14,7 @@
 
 #include "core/clock.h"
 #include "core/fileio.h"
+#include "core/xalloc.h"
 
 const char *proc_agentflow_bin(void)
 {
@@ -24,11 +25,11 @@ const char *proc_agentflow_bin(void)
 static char *slurp_fd(int fd)
 {
     size_t cap = 4096, n = 0;
-    char *buf = malloc(cap);
+    char *buf = af_xmalloc(cap);
     lseek(fd, 0, SEEK_SET);
     for (;;) {
         if (n + 1 >= cap)
-            buf = realloc(buf, cap *= 2);
+            buf = af_xrealloc(buf, cap *= 2);
         ssize_t r = read(fd, buf + n, cap - n - 1);
         if (r <= 0)
             break;
