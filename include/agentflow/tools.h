@@ -90,6 +90,9 @@ AF_NODISCARD int af_tool_call(struct af_tool *t, const json_t *args, const struc
  * output_type, demo_commands, user_metadata, require_llm_engine}. Owned by the caller. */
 json_t *af_tool_card_json(const struct af_tool_card *card);
 
+/* "str", "int", "float", "bool", "list", "dict" or "any". Static string. */
+const char *af_tool_param_type_name(enum af_param_type t);
+
 /* Canonical form of a tool name: split on runs of ' ' and '_', lowercase, join with '_'.
  * Writes at most outlen-1 bytes and NUL-terminates. */
 void af_tool_canonical_name(const char *name, char *out, size_t outlen);

@@ -14,6 +14,8 @@
  */
 #include "flow/pycall.h"
 
+#include "core/errf.h"
+
 #include <errno.h>
 #include <math.h>
 #include <stdarg.h>
@@ -1455,16 +1457,6 @@ char *af_pycall_extract_command(const char *reply)
 
 /* ---- binding to a tool card ------------------------------------------------------------- */
 
-static AF_PRINTF(3, 4) void bind_err(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (!err || !errlen)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
-
 int af_pycall_bind(const struct af_pycall *call, const struct af_tool_card *card,
                    json_t **kwargs_out, char *err, size_t errlen)
 {
@@ -1473,16 +1465,16 @@ int af_pycall_bind(const struct af_pycall *call, const struct af_tool_card *card
     json_t *v;
     *kwargs_out = NULL;
     if (n_pos > card->n_params) {
-        bind_err(err, errlen, "tool %s takes at most %zu positional argument%s, got %zu",
-                 card->name, card->n_params, card->n_params == 1 ? "" : "s", n_pos);
+        af_errf(err, errlen, "tool %s takes at most %zu positional argument%s, got %zu", card->name,
+                card->n_params, card->n_params == 1 ? "" : "s", n_pos);
         return AF_EINVAL;
     }
     json_t *merged = jcheck(json_object());
     for (size_t i = 0; i < n_pos; i++) {
         const char *name = card->params[i].name;
         if (json_object_get(call->kwargs, name)) {
-            bind_err(err, errlen, "argument '%s' of tool %s given both by position and by keyword",
-                     name, card->name);
+            af_errf(err, errlen, "argument '%s' of tool %s given both by position and by keyword",
+                    name, card->name);
             json_decref(merged);
             return AF_EINVAL;
         }

@@ -58,33 +58,13 @@ int af_tool_ctx_chat(const struct af_tool_ctx *ctx, const struct af_llm_request 
     return rc;
 }
 
-static const char *type_name(enum af_param_type t)
-{
-    switch (t) {
-    case AF_PARAM_STR:
-        return "str";
-    case AF_PARAM_INT:
-        return "int";
-    case AF_PARAM_FLOAT:
-        return "float";
-    case AF_PARAM_BOOL:
-        return "bool";
-    case AF_PARAM_LIST:
-        return "list";
-    case AF_PARAM_DICT:
-        return "dict";
-    default:
-        return "any";
-    }
-}
-
 static json_t *input_types_json(const struct af_tool_card *c)
 {
     json_t *in = json_object();
     for (size_t i = 0; i < c->n_params; i++) {
         const struct af_tool_param *p = &c->params[i];
         json_t *d = json_object();
-        json_object_set_new(d, "type", json_string(type_name(p->type)));
+        json_object_set_new(d, "type", json_string(af_tool_param_type_name(p->type)));
         json_object_set_new(d, "required", json_boolean(p->required));
         if (p->default_json)
             json_object_set_new(d, "default", json_string(p->default_json));

@@ -16,16 +16,7 @@
 #include <string.h>
 
 #include "core/buf.h"
-
-static AF_PRINTF(3, 4) void set_err(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (!err || !errlen)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
+#include "core/errf.h"
 
 /* Python's name for the type of a JSON value, as the executor model wrote it. */
 static const char *value_type_name(const json_t *v)
@@ -50,7 +41,7 @@ static const char *value_type_name(const json_t *v)
     }
 }
 
-static const char *param_type_name(enum af_param_type t)
+const char *af_tool_param_type_name(enum af_param_type t)
 {
     switch (t) {
     case AF_PARAM_STR:
@@ -119,10 +110,10 @@ static void unknown_arg(const struct af_tool_card *card, const char *key, char *
         if (af_buf_printf(&b, "%s%s", i ? ", " : "", card->params[i].name) != AF_OK)
             break;
     if (b.len)
-        set_err(err, errlen, "unknown argument '%s' for tool %s; expected one of: %s", key,
+        af_errf(err, errlen, "unknown argument '%s' for tool %s; expected one of: %s", key,
                 card->name, af_buf_str(&b));
     else
-        set_err(err, errlen, "unknown argument '%s' for tool %s; it takes no arguments", key,
+        af_errf(err, errlen, "unknown argument '%s' for tool %s; it takes no arguments", key,
                 card->name);
     af_buf_deinit(&b);
 }
@@ -135,15 +126,15 @@ static int fill_param(const struct af_tool_card *card, const struct af_tool_para
     if (v) {
         json_t *c = coerce(pr->type, v);
         if (!c) {
-            set_err(err, errlen, "argument '%s' of tool %s must be %s, got %s", pr->name,
-                    card->name, param_type_name(pr->type), value_type_name(v));
+            af_errf(err, errlen, "argument '%s' of tool %s must be %s, got %s", pr->name,
+                    card->name, af_tool_param_type_name(pr->type), value_type_name(v));
             return AF_EINVAL;
         }
         json_object_set_new(out, pr->name, c);
         return AF_OK;
     }
     if (pr->required) {
-        set_err(err, errlen, "missing required argument '%s' for tool %s", pr->name, card->name);
+        af_errf(err, errlen, "missing required argument '%s' for tool %s", pr->name, card->name);
         return AF_EINVAL;
     }
     if (!pr->default_json)
@@ -151,7 +142,7 @@ static int fill_param(const struct af_tool_card *card, const struct af_tool_para
     json_error_t jerr;
     json_t *d = json_loads(pr->default_json, JSON_DECODE_ANY, &jerr);
     if (!d) {
-        set_err(err, errlen, "tool %s: the default of '%s' is not valid JSON: %s", card->name,
+        af_errf(err, errlen, "tool %s: the default of '%s' is not valid JSON: %s", card->name,
                 pr->name, jerr.text);
         return AF_EINTERNAL;
     }
@@ -168,7 +159,7 @@ int af_tool_validate_args(const struct af_tool_card *card, const json_t *args, j
     int rc = AF_OK;
     *out = NULL;
     if (!json_is_object(in)) {
-        set_err(err, errlen, "arguments for tool %s must be a JSON object", card->name);
+        af_errf(err, errlen, "arguments for tool %s must be a JSON object", card->name);
         return AF_EINVAL;
     }
     json_object_foreach(in, key, v)
