@@ -171,6 +171,73 @@ static void test_config_precedence(void **state)
     unlink(cfg);
 }
 
+static int run_code(const char *const *argv, const char *expect_in_err);
+
+static void test_tool_list_and_call(void **state)
+{
+    (void)state;
+    char script[512], url[600];
+    snprintf(url, sizeof url, "scripted:%s",
+             src_path("tests/data/three_step.json", script, sizeof script));
+    const char *list[] = {proc_agentflow_bin(), "tool", "list", NULL};
+    struct proc_result r;
+    assert_int_equal(proc_run(list, NULL, RUN_TIMEOUT_S, &r), 0);
+    assert_int_equal(r.exit_code, 0);
+    json_t *cards = json_loads(r.out, 0, NULL);
+    assert_true(json_array_size(cards) >= 1);
+    assert_string_equal(json_string_value(json_object_get(json_array_get(cards, 0), "tool_name")),
+                        "Generalist_Solution_Generator_Tool");
+    json_decref(cards);
+    proc_result_deinit(&r);
+    const char *call[] = {proc_agentflow_bin(),
+                          "tool",
+                          "call",
+                          "generalist solution generator tool",
+                          "--args",
+                          "{\"query\": \"What is 6 * 7?\"}",
+                          "--url",
+                          url,
+                          NULL};
+    assert_int_equal(proc_run(call, NULL, RUN_TIMEOUT_S, &r), 0);
+    assert_int_equal(r.exit_code, 0);
+    json_t *j = json_loads(r.out, 0, NULL);
+    assert_string_equal(json_string_value(json_object_get(j, "result")), "6 * 7 = 42.");
+    json_decref(j);
+    proc_result_deinit(&r);
+    /* The tool ran but its LLM failed: still exit 0, with the error in the result. */
+    const char *fails[] = {proc_agentflow_bin(),
+                           "tool",
+                           "call",
+                           "Generalist_Solution_Generator_Tool",
+                           "--args",
+                           "{\"query\": \"no rule matches this\"}",
+                           "--url",
+                           url,
+                           NULL};
+    assert_int_equal(proc_run(fails, NULL, RUN_TIMEOUT_S, &r), 0);
+    assert_int_equal(r.exit_code, 0);
+    j = json_loads(r.out, 0, NULL);
+    assert_non_null(
+        strstr(json_string_value(json_object_get(json_object_get(j, "result"), "error")),
+               "no rule matches"));
+    json_decref(j);
+    proc_result_deinit(&r);
+    const char *bad_arg[] = {
+        proc_agentflow_bin(), "tool", "call", "Generalist_Solution_Generator_Tool", "--args",
+        "{\"k\": 1}",         NULL};
+    assert_int_equal(run_code(bad_arg, "unknown argument 'k'"), 2);
+    const char *bad_json[] = {proc_agentflow_bin(),
+                              "tool",
+                              "call",
+                              "Generalist_Solution_Generator_Tool",
+                              "--args",
+                              "{",
+                              NULL};
+    assert_int_equal(run_code(bad_json, "--args"), 2);
+    const char *no_tool[] = {proc_agentflow_bin(), "tool", "call", "Nope", NULL};
+    assert_int_equal(run_code(no_tool, "unknown tool"), 2);
+}
+
 static int run_code(const char *const *argv, const char *expect_in_err)
 {
     struct proc_result r;
@@ -375,7 +442,7 @@ int main(void)
         cmocka_unit_test(test_run_three_step_http),  cmocka_unit_test(test_run_json_and_trace),
         cmocka_unit_test(test_exit_codes),           cmocka_unit_test(test_config_precedence),
         cmocka_unit_test(test_backend_error_exit_3), cmocka_unit_test(test_batch_kill_and_resume),
-        cmocka_unit_test(test_batch_bad_line),
+        cmocka_unit_test(test_batch_bad_line),       cmocka_unit_test(test_tool_list_and_call),
     };
     return cmocka_run_group_tests_name("cli", tests, setup, teardown);
 }

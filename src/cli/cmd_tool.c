@@ -1,34 +1,157 @@
 /*
- * cmd_tool.c - `agentflow tool list` prints every tool card as JSON.
+ * cmd_tool.c - `agentflow tool list` prints every tool card as JSON; `agentflow tool call NAME
+ * --args JSON` runs one tool directly (for tests and for users debugging tools).
  */
+#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cli/cli.h"
+#include "cli/config.h"
+#include "core/clock.h"
+
+static void tool_usage(FILE *f)
+{
+    fprintf(f, "usage: agentflow tool list\n"
+               "       agentflow tool call NAME --args JSON [--url URL] [--model NAME]\n"
+               "\n"
+               "list   prints each built-in tool's card as JSON\n"
+               "call   validates JSON arguments against the tool's card, runs the tool and\n"
+               "       prints {tool, args, result, error, duration_ms}. Exit 0 when the tool\n"
+               "       ran (even if it reported an error), 2 for usage errors. Tools that call\n"
+               "       an LLM use --url/--model (or AGENTFLOW_URL/AGENTFLOW_MODEL).\n");
+}
+
+static int print_json(json_t *j)
+{
+    char *s = json_dumps(j, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+    printf("%s\n", s ? s : "null");
+    free(s);
+    json_decref(j);
+    return CLI_OK;
+}
+
+static int tool_list(struct af_tool_registry *r)
+{
+    json_t *all = json_array();
+    for (size_t i = 0; i < af_tool_registry_count(r); i++)
+        json_array_append_new(all, af_tool_card_json(af_tool_card(af_tool_registry_at(r, i))));
+    return print_json(all);
+}
+
+static int run_call(struct af_tool *tool, json_t *args, const struct run_config *cfg)
+{
+    char err[1024];
+    json_t *valid = NULL, *result = NULL;
+    const struct af_tool_card *card = af_tool_card(tool);
+    if (af_tool_validate_args(card, args, &valid, err, sizeof err) != AF_OK) {
+        fprintf(stderr, "agentflow tool call: %s\n", err);
+        return CLI_EUSAGE;
+    }
+    struct backends be;
+    memset(&be, 0, sizeof be);
+    struct af_tool_ctx ctx;
+    memset(&ctx, 0, sizeof ctx);
+    if (card->requires_llm) {
+        if (backends_open(cfg, &be, err, sizeof err) != AF_OK) {
+            fprintf(stderr, "agentflow tool call: %s needs an LLM: %s\n", card->name, err);
+            json_decref(valid);
+            return CLI_EUSAGE;
+        }
+        ctx.llm = be.llm[AF_SLOT_TOOL];
+        ctx.sampling = &cfg->slots[AF_SLOT_TOOL].sampling;
+        ctx.model = cfg->slots[AF_SLOT_TOOL].model;
+    }
+    double t0 = af_clock_ms();
+    int rc = af_tool_call(tool, valid, &ctx, &result);
+    json_t *out = json_object();
+    json_object_set_new(out, "tool", json_string(card->name));
+    json_object_set_new(out, "args", valid);
+    json_object_set_new(out, "result", result ? result : json_null());
+    json_object_set_new(out, "error", rc ? json_string(af_strerror(rc)) : json_null());
+    json_object_set_new(out, "duration_ms", json_real(af_clock_ms() - t0));
+    backends_close(&be);
+    return print_json(out);
+}
+
+static int tool_call(int argc, char **argv, struct af_tool_registry *r)
+{
+    static const struct option opts[] = {{"args", required_argument, 0, 'a'},
+                                         {"url", required_argument, 0, 'u'},
+                                         {"model", required_argument, 0, 'm'},
+                                         {"help", no_argument, 0, 'h'},
+                                         {0, 0, 0, 0}};
+    const char *args_text = "{}", *url = NULL, *model = NULL;
+    int o;
+    optind = 1;
+    while ((o = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        if (o == 'a')
+            args_text = optarg;
+        else if (o == 'u')
+            url = optarg;
+        else if (o == 'm')
+            model = optarg;
+        else {
+            tool_usage(o == 'h' ? stdout : stderr);
+            return o == 'h' ? CLI_OK : CLI_EUSAGE;
+        }
+    }
+    if (optind != argc - 1) {
+        fprintf(stderr, "agentflow tool call: expected one tool NAME\n");
+        return CLI_EUSAGE;
+    }
+    struct af_tool *tool = af_tool_registry_find(r, argv[optind]);
+    if (!tool) {
+        fprintf(stderr, "agentflow tool call: unknown tool '%s' (see 'agentflow tool list')\n",
+                argv[optind]);
+        return CLI_EUSAGE;
+    }
+    json_error_t je;
+    json_t *args = json_loads(args_text, 0, &je);
+    if (!json_is_object(args)) {
+        fprintf(stderr, "agentflow tool call: --args must be a JSON object (column %d: %s)\n",
+                je.column, args ? "not an object" : je.text);
+        json_decref(args);
+        return CLI_EUSAGE;
+    }
+    struct run_config cfg;
+    config_init(&cfg);
+    char err[512];
+    int code = CLI_OK;
+    if (config_apply_env(&cfg, err, sizeof err) != AF_OK) {
+        fprintf(stderr, "agentflow tool call: %s\n", err);
+        code = CLI_EUSAGE;
+    } else {
+        if (url)
+            config_set_url(&cfg, -1, url);
+        if (model)
+            config_set_model(&cfg, -1, model);
+        code = run_call(tool, args, &cfg);
+    }
+    json_decref(args);
+    config_deinit(&cfg);
+    return code;
+}
 
 int cmd_tool(int argc, char **argv)
 {
-    int help = argc >= 2 && strcmp(argv[1], "--help") == 0;
-    if (help || argc < 2 || strcmp(argv[1], "list") != 0) {
-        fprintf(help ? stdout : stderr,
-                "usage: agentflow tool list\n\nPrints each built-in tool's card as JSON.\n");
+    if (argc < 2 || (strcmp(argv[1], "list") && strcmp(argv[1], "call"))) {
+        int help = argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"));
+        tool_usage(help ? stdout : stderr);
         return help ? CLI_OK : CLI_EUSAGE;
     }
     struct af_tool_registry *r = af_tool_registry_new();
     char err[512];
+    int code;
     if (af_tool_registry_add_builtins(r, NULL, err, sizeof err)) {
         fprintf(stderr, "agentflow tool: %s\n", err);
-        af_tool_registry_free(r);
-        return CLI_EFAIL;
+        code = CLI_EFAIL;
+    } else if (!strcmp(argv[1], "list")) {
+        code = tool_list(r);
+    } else {
+        code = tool_call(argc - 1, argv + 1, r);
     }
-    json_t *all = json_array();
-    for (size_t i = 0; i < af_tool_registry_count(r); i++)
-        json_array_append_new(all, af_tool_card_json(af_tool_card(af_tool_registry_at(r, i))));
-    char *s = json_dumps(all, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
-    printf("%s\n", s ? s : "[]");
-    free(s);
-    json_decref(all);
     af_tool_registry_free(r);
-    return CLI_OK;
+    return code;
 }
