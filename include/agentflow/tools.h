@@ -126,5 +126,7 @@ AF_NODISCARD int af_tool_registry_add_builtins(struct af_tool_registry *r, const
 
 /* Built-in tools. */
 struct af_tool *af_tool_base_generator_new(void);
+/* Python_Code_Generator_Tool: generated or given code run in a sandbox (tools/sandbox.h). */
+struct af_tool *af_tool_python_coder_new(void);
 
 #endif

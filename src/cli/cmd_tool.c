@@ -53,12 +53,8 @@ static int run_call(struct af_tool *tool, json_t *args, const struct run_config 
     memset(&be, 0, sizeof be);
     struct af_tool_ctx ctx;
     memset(&ctx, 0, sizeof ctx);
-    if (card->requires_llm) {
-        if (backends_open(cfg, &be, err, sizeof err) != AF_OK) {
-            fprintf(stderr, "agentflow tool call: %s needs an LLM: %s\n", card->name, err);
-            json_decref(valid);
-            return CLI_EUSAGE;
-        }
+    /* Without a URL the tool still runs; one that needs its LLM reports that as its error. */
+    if (card->requires_llm && backends_open(cfg, &be, err, sizeof err) == AF_OK) {
         ctx.llm = be.llm[AF_SLOT_TOOL];
         ctx.sampling = &cfg->slots[AF_SLOT_TOOL].sampling;
         ctx.model = cfg->slots[AF_SLOT_TOOL].model;

@@ -80,6 +80,7 @@ static const struct {
     tool_ctor make;
 } builtins[] = {
     {"Generalist_Solution_Generator_Tool", af_tool_base_generator_new},
+    {"Python_Code_Generator_Tool", af_tool_python_coder_new},
 };
 
 static int add_builtin(struct af_tool_registry *r, const char *name, char *err, size_t errlen)

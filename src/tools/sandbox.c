@@ -1,0 +1,419 @@
+/*
+ * sandbox.c - a separate, unprivileged, limited process for untrusted Python (see sandbox.h).
+ *
+ * Everything the child needs (argv, envp) is built before fork(): the parent may have other
+ * threads, so the child only makes async-signal-safe calls before exec.
+ */
+#include "tools/sandbox.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <grp.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "core/clock.h"
+#include "core/errf.h"
+#include "core/xalloc.h"
+
+#define MAX_CODE_BYTES (100u * 1000u)
+#define BWRAP_PATH "/usr/bin/bwrap"
+#define NOBODY_ID 65534
+#define MAX_ARGS 64
+
+struct sandbox_params sandbox_default_params(void)
+{
+    struct sandbox_params p = {.timeout_s = 10,
+                               .cpu_s = 10,
+                               .mem_bytes = (size_t)2 << 30,
+                               .file_bytes = (size_t)16 << 20,
+                               .n_files = 64,
+                               .n_procs = 256,
+                               .output_bytes = (size_t)64 << 10,
+                               .python = "/usr/bin/python3",
+                               .no_bwrap = 0};
+    return p;
+}
+
+void sandbox_result_deinit(struct sandbox_result *r)
+{
+    if (!r)
+        return;
+    free(r->out);
+    free(r->err);
+    memset(r, 0, sizeof *r);
+}
+
+/* Keeps the first half and the last half of a stream within `cap` bytes. */
+struct capture {
+    char *head, *ring;
+    size_t half, n_head, n_ring, ring_pos, total;
+};
+
+static void capture_init(struct capture *c, size_t cap)
+{
+    memset(c, 0, sizeof *c);
+    c->half = cap / 2 ? cap / 2 : 1;
+    c->head = af_xmalloc(c->half);
+    c->ring = af_xmalloc(c->half);
+}
+
+static void capture_add(struct capture *c, const char *p, size_t n)
+{
+    c->total += n;
+    size_t take = c->half - c->n_head < n ? c->half - c->n_head : n;
+    memcpy(c->head + c->n_head, p, take);
+    c->n_head += take;
+    for (size_t i = take; i < n; i++) {
+        c->ring[c->ring_pos] = p[i];
+        c->ring_pos = (c->ring_pos + 1) % c->half;
+        if (c->n_ring < c->half)
+            c->n_ring++;
+    }
+}
+
+/* The captured text, with a note where the middle was cut. Frees the capture. */
+static char *capture_finish(struct capture *c)
+{
+    size_t dropped = c->total - c->n_head - c->n_ring;
+    char *out = af_xmalloc(c->n_head + c->n_ring + 96);
+    memcpy(out, c->head, c->n_head);
+    size_t o = c->n_head;
+    if (dropped)
+        o += (size_t)snprintf(out + o, 96, "\n... [%zu bytes cut] ...\n", dropped);
+    size_t start = c->n_ring < c->half ? 0 : c->ring_pos;
+    for (size_t i = 0; i < c->n_ring; i++)
+        out[o++] = c->ring[(start + i) % c->half];
+    out[o] = '\0';
+    free(c->head);
+    free(c->ring);
+    return out;
+}
+
+struct argv_buf {
+    const char *v[MAX_ARGS];
+    size_t n;
+    char links[4][64]; /* readlink targets for --symlink */
+};
+
+static void arg(struct argv_buf *a, const char *s)
+{
+    if (a->n < MAX_ARGS - 1)
+        a->v[a->n++] = s;
+    a->v[a->n] = NULL;
+}
+
+/* Binds a system directory read-only, or recreates it as the symlink it is (merged /usr). */
+static void bind_sys(struct argv_buf *a, const char *dir, size_t slot)
+{
+    struct stat st;
+    if (lstat(dir, &st) != 0)
+        return;
+    if (S_ISLNK(st.st_mode)) {
+        ssize_t n = readlink(dir, a->links[slot], sizeof a->links[slot] - 1);
+        if (n <= 0)
+            return;
+        a->links[slot][n] = '\0';
+        arg(a, "--symlink");
+        arg(a, a->links[slot]);
+        arg(a, dir);
+        return;
+    }
+    arg(a, "--ro-bind");
+    arg(a, dir);
+    arg(a, dir);
+}
+
+static void bwrap_argv(struct argv_buf *a, const char *python, const char *code)
+{
+    a->n = 0;
+    static const char *const head[] = {BWRAP_PATH,      "--unshare-all", "--die-with-parent",
+                                       "--new-session", "--ro-bind",     "/usr",
+                                       "/usr"};
+    for (size_t i = 0; i < sizeof head / sizeof head[0]; i++)
+        arg(a, head[i]);
+    static const char *const sys[] = {"/bin", "/sbin", "/lib", "/lib64"};
+    for (size_t i = 0; i < 4; i++)
+        bind_sys(a, sys[i], i);
+    static const char *const tail[] = {"--ro-bind",
+                                       "/etc",
+                                       "/etc",
+                                       "--proc",
+                                       "/proc",
+                                       "--dev",
+                                       "/dev",
+                                       "--tmpfs",
+                                       "/sandbox",
+                                       "--chdir",
+                                       "/sandbox",
+                                       "--clearenv",
+                                       "--setenv",
+                                       "PATH",
+                                       "/usr/bin:/bin",
+                                       "--setenv",
+                                       "HOME",
+                                       "/sandbox",
+                                       "--setenv",
+                                       "LANG",
+                                       "C.UTF-8",
+                                       "--setenv",
+                                       "OPENBLAS_NUM_THREADS",
+                                       "1",
+                                       "--setenv",
+                                       "MPLBACKEND",
+                                       "Agg"};
+    for (size_t i = 0; i < sizeof tail / sizeof tail[0]; i++)
+        arg(a, tail[i]);
+    arg(a, python);
+    arg(a, "-I");
+    arg(a, "-c");
+    arg(a, code);
+}
+
+static void set_limit(int what, rlim_t v)
+{
+    struct rlimit rl = {v, v};
+    setrlimit(what, &rl);
+}
+
+/* In the child: only async-signal-safe calls from here to exec. */
+static void child(const struct sandbox_params *p, char *const argv[], char *const envp[],
+                  const char *cwd, int out_fd, int err_fd, int null_fd, pid_t parent)
+{
+    setpgid(0, 0);
+    dup2(null_fd, 0);
+    dup2(out_fd, 1);
+    dup2(err_fd, 2);
+    closefrom(3);
+    set_limit(RLIMIT_CPU, (rlim_t)p->cpu_s);
+    set_limit(RLIMIT_AS, (rlim_t)p->mem_bytes);
+    set_limit(RLIMIT_FSIZE, (rlim_t)p->file_bytes);
+    set_limit(RLIMIT_NOFILE, (rlim_t)p->n_files);
+    set_limit(RLIMIT_NPROC, (rlim_t)p->n_procs);
+    set_limit(RLIMIT_CORE, 0);
+    if (geteuid() == 0) {
+        /* Root is exempt from RLIMIT_NPROC and may read anything: become nobody. */
+        if (setgroups(0, NULL) != 0 || setgid(NOBODY_ID) != 0 || setuid(NOBODY_ID) != 0)
+            _exit(126);
+    }
+    /* After setuid, which clears it: die with the thread that started us. */
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent)
+        _exit(126);
+    if (cwd && chdir(cwd) != 0)
+        _exit(126);
+    execve(argv[0], argv, envp);
+    _exit(127);
+}
+
+static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *f)
+{
+    (void)st;
+    (void)flag;
+    (void)f;
+    remove(path);
+    return 0;
+}
+
+/* Reads both pipes until EOF or the deadline; returns 1 when the deadline passed. */
+static int pump(int out_fd, int err_fd, struct capture *co, struct capture *ce, double deadline)
+{
+    struct pollfd fds[2] = {{out_fd, POLLIN, 0}, {err_fd, POLLIN, 0}};
+    int open_fds = 2;
+    char buf[16384];
+    while (open_fds > 0) {
+        double left = deadline - af_clock_ms();
+        if (left <= 0)
+            return 1;
+        int n = poll(fds, 2, (int)(left < 100 ? left + 1 : 100));
+        if (n < 0 && errno != EINTR)
+            return 0;
+        for (int i = 0; i < 2; i++) {
+            if (fds[i].fd < 0 || !(fds[i].revents & (POLLIN | POLLHUP | POLLERR)))
+                continue;
+            ssize_t r = read(fds[i].fd, buf, sizeof buf);
+            if (r > 0) {
+                capture_add(i == 0 ? co : ce, buf, (size_t)r);
+            } else if (r == 0 || errno != EINTR) {
+                fds[i].fd = -1;
+                open_fds--;
+            }
+        }
+    }
+    return 0;
+}
+
+static int wait_child(pid_t pid, double deadline, int *status)
+{
+    for (;;) {
+        pid_t w = waitpid(pid, status, WNOHANG);
+        if (w == pid)
+            return 0;
+        if (w < 0 && errno != EINTR)
+            return 0;
+        if (af_clock_ms() > deadline)
+            return 1;
+        af_clock_sleep_ms(2);
+    }
+}
+
+struct launch {
+    struct argv_buf a;
+    char *envp[8];
+    char *tmpdir;
+};
+
+static int prepare(struct launch *l, const char *code, const struct sandbox_params *p,
+                   int use_bwrap, char *err, size_t errlen)
+{
+    memset(l, 0, sizeof *l);
+    if (use_bwrap) {
+        bwrap_argv(&l->a, p->python, code);
+        return AF_OK;
+    }
+    char tmpl[] = "/tmp/af_sandbox_XXXXXX";
+    if (!mkdtemp(tmpl)) {
+        af_errf(err, errlen, "sandbox: cannot create a working directory: %s", strerror(errno));
+        return AF_EIO;
+    }
+    l->tmpdir = af_xstrdup(tmpl);
+    if (geteuid() == 0 && chown(l->tmpdir, NOBODY_ID, NOBODY_ID) != 0) {
+        af_errf(err, errlen, "sandbox: cannot hand %s to nobody: %s", l->tmpdir, strerror(errno));
+        return AF_EIO;
+    }
+    static const char *const env[] = {"PATH=/usr/bin:/bin", "LANG=C.UTF-8",
+                                      "OPENBLAS_NUM_THREADS=1", "MPLBACKEND=Agg"};
+    for (size_t i = 0; i < 4; i++)
+        l->envp[i] = af_xstrdup(env[i]);
+    size_t hl = strlen(l->tmpdir) + 6;
+    l->envp[4] = af_xmalloc(hl);
+    snprintf(l->envp[4], hl, "HOME=%s", l->tmpdir);
+    arg(&l->a, p->python);
+    arg(&l->a, "-I");
+    arg(&l->a, "-c");
+    arg(&l->a, code);
+    return AF_OK;
+}
+
+static void release(struct launch *l)
+{
+    for (size_t i = 0; i < 8; i++)
+        free(l->envp[i]);
+    if (l->tmpdir) {
+        nftw(l->tmpdir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+        free(l->tmpdir);
+    }
+}
+
+static int run_once(const char *code, const struct sandbox_params *p, int use_bwrap,
+                    struct sandbox_result *r, char *err, size_t errlen)
+{
+    memset(r, 0, sizeof *r);
+    r->mode = use_bwrap ? "bubblewrap" : "rlimits";
+    if (strlen(code) > MAX_CODE_BYTES) {
+        af_errf(err, errlen, "sandbox: the code is %zu bytes, over the limit of %u", strlen(code),
+                MAX_CODE_BYTES);
+        return AF_ETOOBIG;
+    }
+    struct launch l;
+    int rc = prepare(&l, code, p, use_bwrap, err, errlen);
+    int out_p[2] = {-1, -1}, err_p[2] = {-1, -1};
+    int null_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    if (rc == AF_OK && (null_fd < 0 || pipe2(out_p, O_CLOEXEC) || pipe2(err_p, O_CLOEXEC))) {
+        af_errf(err, errlen, "sandbox: cannot create pipes: %s", strerror(errno));
+        rc = AF_EIO;
+    }
+    pid_t parent = getpid();
+    pid_t pid = rc == AF_OK ? fork() : -1;
+    if (rc == AF_OK && pid < 0) {
+        af_errf(err, errlen, "sandbox: cannot fork: %s", strerror(errno));
+        rc = AF_EIO;
+    }
+    if (pid == 0) {
+        /* bwrap builds the sandbox's environment itself (--clearenv, --setenv). */
+        static char *const no_env[] = {NULL};
+        child(p, (char *const *)(uintptr_t)l.a.v, use_bwrap ? no_env : l.envp, l.tmpdir, out_p[1],
+              err_p[1], null_fd, parent);
+    }
+    if (rc == AF_OK) {
+        setpgid(pid, pid);
+        close(out_p[1]);
+        close(err_p[1]);
+        out_p[1] = err_p[1] = -1;
+        double t0 = af_clock_ms(), deadline = t0 + p->timeout_s * 1000.0;
+        struct capture co, ce;
+        capture_init(&co, p->output_bytes);
+        capture_init(&ce, p->output_bytes);
+        r->timed_out = pump(out_p[0], err_p[0], &co, &ce, deadline);
+        int status = 0;
+        if (!r->timed_out)
+            r->timed_out = wait_child(pid, deadline, &status);
+        /* Whatever is left of the tree goes, on every path. */
+        kill(-pid, SIGKILL);
+        kill(pid, SIGKILL);
+        if (r->timed_out)
+            waitpid(pid, &status, 0);
+        /* Orphans of the group are reaped by init; wait (bounded) until they are gone so a
+         * fork bomb's remains do not count against the next run's process limit. */
+        for (double until = af_clock_ms() + 5000; kill(-pid, 0) == 0 && af_clock_ms() < until;) {
+            kill(-pid, SIGKILL);
+            af_clock_sleep_ms(2);
+        }
+        r->duration_ms = af_clock_ms() - t0;
+        r->exit_status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+        r->term_signal = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
+        r->out = capture_finish(&co);
+        r->err = capture_finish(&ce);
+    }
+    for (int i = 0; i < 2; i++) {
+        if (out_p[i] >= 0)
+            close(out_p[i]);
+        if (err_p[i] >= 0)
+            close(err_p[i]);
+    }
+    if (null_fd >= 0)
+        close(null_fd);
+    release(&l);
+    return rc;
+}
+
+/* bwrap fails with EAGAIN while the processes of an earlier run (a fork bomb) still count
+ * against nobody's process limit; that is worth a few short retries. */
+int sandbox_run_python(const char *code, const struct sandbox_params *p, int use_bwrap,
+                       struct sandbox_result *r, char *err, size_t errlen)
+{
+    for (int attempt = 0;; attempt++) {
+        int rc = run_once(code, p, use_bwrap, r, err, errlen);
+        if (rc != AF_OK || !use_bwrap || attempt == 10 || r->exit_status != 1 ||
+            !strstr(r->err, "bwrap: Creating new namespace failed: Resource temporarily"))
+            return rc;
+        sandbox_result_deinit(r);
+        af_clock_sleep_ms(100.0 * (attempt + 1));
+    }
+}
+
+int sandbox_bwrap_works(const char *python)
+{
+    if (access(BWRAP_PATH, X_OK) != 0)
+        return 0;
+    struct sandbox_params p = sandbox_default_params();
+    p.timeout_s = 20;
+    if (python)
+        p.python = python;
+    struct sandbox_result r;
+    char err[256];
+    int ok = sandbox_run_python("print('ok')", &p, 1, &r, err, sizeof err) == AF_OK &&
+             r.exit_status == 0 && r.out && strcmp(r.out, "ok\n") == 0;
+    sandbox_result_deinit(&r);
+    return ok;
+}
