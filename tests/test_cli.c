@@ -417,6 +417,40 @@ static void test_batch_bad_line(void **state)
     unlink(out);
 }
 
+/* `eval score` over the real Game-of-24 file (skipped where ../shared is absent). */
+static void test_eval_score(void **state)
+{
+    (void)state;
+    char data[512], pred[512];
+    const char *env = getenv("AGENTFLOW_DATA");
+    if (env && *env)
+        snprintf(data, sizeof data, "%s", env);
+    else
+        src_path("../shared/data/benchmarks", data, sizeof data);
+    char probe[600];
+    snprintf(probe, sizeof probe, "%s/gameof24/data.json", data);
+    if (access(probe, R_OK) != 0) {
+        fprintf(stderr, "skipped: no benchmark data at %s (set AGENTFLOW_DATA)\n", data);
+        skip();
+    }
+    tmp_path("pred.jsonl", pred, sizeof pred);
+    write_file(pred, "{\"index\": 0, \"answer\": \"<answer>(1+1+1)\u00d78</answer>\"}\n"
+                     "{\"index\": 0, \"answer\": \"(1+1)\u00d78\"}\n");
+    const char *argv[] = {
+        proc_agentflow_bin(), "eval", "score", "--bench", "gameof24", "--pred", pred,
+        "--data-dir",         data,   NULL};
+    struct proc_result r;
+    assert_int_equal(proc_run(argv, NULL, RUN_TIMEOUT_S, &r), 0);
+    assert_int_equal(r.exit_code, 0);
+    assert_non_null(strstr(r.out, "\"correct\":true"));
+    assert_non_null(strstr(r.out, "\"correct\":false"));
+    assert_non_null(strstr(r.out, "\"accuracy\":50.00"));
+    proc_result_deinit(&r);
+    write_file(pred, "{\"index\": 0, \"answer\": }\n");
+    assert_int_equal(run_code(argv, "pred.jsonl:1"), 4);
+    unlink(pred);
+}
+
 static int setup(void **state)
 {
     (void)state;
@@ -443,6 +477,7 @@ int main(void)
         cmocka_unit_test(test_exit_codes),           cmocka_unit_test(test_config_precedence),
         cmocka_unit_test(test_backend_error_exit_3), cmocka_unit_test(test_batch_kill_and_resume),
         cmocka_unit_test(test_batch_bad_line),       cmocka_unit_test(test_tool_list_and_call),
+        cmocka_unit_test(test_eval_score),
     };
     return cmocka_run_group_tests_name("cli", tests, setup, teardown);
 }

@@ -16,6 +16,7 @@ static void usage(FILE *f)
                "commands:\n"
                "  run      answer a query (or a batch of queries) with the agent flow\n"
                "  tool     list the tools or call one directly\n"
+               "  eval     score predictions against a benchmark\n"
                "  version  print the version\n"
                "\n"
                "Run 'agentflow COMMAND --help' for a command's options.\n");
@@ -51,6 +52,8 @@ int main(int argc, char **argv)
         return cmd_run(argc - 1, argv + 1);
     if (strcmp(cmd, "tool") == 0)
         return cmd_tool(argc - 1, argv + 1);
+    if (strcmp(cmd, "eval") == 0)
+        return cmd_eval(argc - 1, argv + 1);
     if (strcmp(cmd, "version") == 0 || strcmp(cmd, "--version") == 0) {
         printf("agentflow %s\n", AGENTFLOW_VERSION);
         return CLI_OK;
