@@ -18,27 +18,27 @@
 #include "agentflow/err.h"
 
 struct sandbox_params {
-    double timeout_s;      /* wall clock; default 10 */
-    long cpu_s;            /* RLIMIT_CPU; default 10 */
-    size_t mem_bytes;      /* RLIMIT_AS; default 2 GiB */
-    size_t file_bytes;     /* RLIMIT_FSIZE; default 16 MiB */
-    long n_files;          /* RLIMIT_NOFILE; default 64 */
-    long n_procs;          /* RLIMIT_NPROC; default 64 */
-    size_t output_bytes;   /* cap for stdout and for stderr; default 64 KiB */
-    const char *python;    /* default /usr/bin/python3 */
-    int no_bwrap;          /* force the fallback (tests) */
+    double timeout_s;    /* wall clock; default 10 */
+    long cpu_s;          /* RLIMIT_CPU; default 10 */
+    size_t mem_bytes;    /* RLIMIT_AS; default 2 GiB */
+    size_t file_bytes;   /* RLIMIT_FSIZE; default 16 MiB */
+    long n_files;        /* RLIMIT_NOFILE; default 64 */
+    long n_procs;        /* RLIMIT_NPROC; default 64 */
+    size_t output_bytes; /* cap for stdout and for stderr; default 64 KiB */
+    const char *python;  /* default /usr/bin/python3 */
+    int no_bwrap;        /* force the fallback (tests) */
 };
 
 struct sandbox_params sandbox_default_params(void);
 
 struct sandbox_result {
-    char *out;          /* captured stdout (owned) */
-    char *err;          /* captured stderr (owned) */
-    int exit_status;    /* exit code, or -1 when killed by a signal */
-    int term_signal;    /* the signal that ended it, or 0 */
+    char *out;       /* captured stdout (owned) */
+    char *err;       /* captured stderr (owned) */
+    int exit_status; /* exit code, or -1 when killed by a signal */
+    int term_signal; /* the signal that ended it, or 0 */
     int timed_out;
     double duration_ms;
-    const char *mode;   /* "bubblewrap" or "rlimits" (static string) */
+    const char *mode; /* "bubblewrap" or "rlimits" (static string) */
 };
 
 void sandbox_result_deinit(struct sandbox_result *r);
@@ -48,8 +48,7 @@ int sandbox_bwrap_works(const char *python);
 
 /* Runs `code` with `python -c`. Fills *r; returns 0 when the process ran (whatever its exit
  * status), AF_ETOOBIG for code over 100 KB, AF_EIO when it could not be started. */
-AF_NODISCARD int sandbox_run_python(const char *code, const struct sandbox_params *p,
-                                    int use_bwrap, struct sandbox_result *r, char *err,
-                                    size_t errlen);
+AF_NODISCARD int sandbox_run_python(const char *code, const struct sandbox_params *p, int use_bwrap,
+                                    struct sandbox_result *r, char *err, size_t errlen);
 
 #endif
