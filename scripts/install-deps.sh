@@ -3,7 +3,8 @@
 # only missing packages are installed. Uses sudo when not run as root.
 set -euo pipefail
 PKGS=(build-essential pkg-config libjansson-dev libcurl4-openssl-dev libmicrohttpd-dev
-      libcmocka-dev libsqlite3-dev clang clang-format cppcheck python3 bubblewrap
+      libcmocka-dev libsqlite3-dev zlib1g-dev libpcre2-dev libopenblas-dev libxml2-dev
+      libclang-rt-14-dev clang clang-format cppcheck python3 bubblewrap
       python3-numpy python3-sympy)
 missing=()
 for p in "${PKGS[@]}"; do

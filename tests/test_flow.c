@@ -70,7 +70,7 @@ static void setup_fixture(struct fixture *f, struct script *s)
     f->reg = af_tool_registry_new();
     char err[256];
     assert_int_equal(af_tool_registry_add_builtins(f->reg, "generalist solution generator tool",
-                                                   err, sizeof err),
+                                                   NULL, err, sizeof err),
                      AF_OK);
     f->p = af_flow_default_params();
     for (int i = 0; i < AF_N_SLOTS; i++)

@@ -292,7 +292,7 @@ static void test_parent_killed(void **state)
 static void test_tool_result_shape(void **state)
 {
     (void)state;
-    struct af_tool *t = af_tool_python_coder_new();
+    struct af_tool *t = af_tool_python_coder_new(NULL);
     json_t *args = json_pack("{s:s,s:n}", "code", "print(2 ** 10)", "query");
     json_t *res = NULL;
     struct af_tool_ctx ctx;

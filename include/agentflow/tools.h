@@ -119,14 +119,26 @@ struct af_tool *af_tool_registry_at(const struct af_tool_registry *r, size_t i);
 struct af_tool *af_tool_registry_find(const struct af_tool_registry *r, const char *name);
 
 /* Creates every built-in tool whose name is in `names` (comma-separated long names, canonical
- * matching; NULL or "" = all built-ins) and adds it to r. An unknown name fails with
+ * matching; NULL or "" = all built-ins) and adds it to r. `opts` (borrowed, may be NULL) is a
+ * JSON object of tool options such as {"wiki_db": PATH}; each tool reads the keys it knows (see
+ * docs/CONFIG.md) and falls back to its environment variable. An unknown name fails with
  * AF_ENOTFOUND and a message naming it. */
 AF_NODISCARD int af_tool_registry_add_builtins(struct af_tool_registry *r, const char *names,
-                                               char *err, size_t errlen);
+                                               const json_t *opts, char *err, size_t errlen);
 
-/* Built-in tools. */
-struct af_tool *af_tool_base_generator_new(void);
+/* Returns opts[key] when it is a non-empty string, else getenv(env) when non-empty, else NULL.
+ * Borrowed from opts or the environment. */
+const char *af_tool_option(const json_t *opts, const char *key, const char *env);
+
+/* Built-in tools. Each returns a new tool owned by the caller; opts as above. */
+struct af_tool *af_tool_base_generator_new(const json_t *opts);
 /* Python_Code_Generator_Tool: generated or given code run in a sandbox (tools/sandbox.h). */
-struct af_tool *af_tool_python_coder_new(void);
+struct af_tool *af_tool_python_coder_new(const json_t *opts);
+/* Wikipedia_RAG_Search_Tool: BM25 over an `agentflow index build` database named by opts
+ * "wiki_db" or AGENTFLOW_WIKI_DB (read now). Without either, or with a missing or bad database,
+ * the tool still exists and each call returns AF_ETOOL with an error result that names the file
+ * or says how to configure one. The index is opened on the first call and kept; calls are
+ * serialised on it, so the tool is safe from any thread. */
+struct af_tool *af_tool_wikipedia_new(const json_t *opts);
 
 #endif

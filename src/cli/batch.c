@@ -27,7 +27,7 @@ int run_ctx_open(struct run_ctx *rc, const struct run_config *cfg)
     char err[1024];
     memset(rc, 0, sizeof *rc);
     rc->tools = af_tool_registry_new();
-    if (af_tool_registry_add_builtins(rc->tools, cfg->tools, err, sizeof err)) {
+    if (af_tool_registry_add_builtins(rc->tools, cfg->tools, cfg->tool_options, err, sizeof err)) {
         fprintf(stderr, "agentflow run: --tools: %s\n", err);
         return CLI_EUSAGE;
     }

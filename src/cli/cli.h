@@ -15,6 +15,7 @@ enum { CLI_OK = 0, CLI_EUSAGE = 2, CLI_EBACKEND = 3, CLI_EINPUT = 4, CLI_EFAIL =
 int cmd_run(int argc, char **argv);
 int cmd_tool(int argc, char **argv);
 int cmd_eval(int argc, char **argv);
+int cmd_index(int argc, char **argv);
 
 /* Maps an AF_E* code of a failed solve to an exit code. */
 int cli_exit_for(int af_err);

@@ -34,6 +34,8 @@ static void run_usage(FILE *f)
                "  --max-time S       seconds, checked before each turn (default 300)\n"
                "  --tools LIST       comma-separated tool names (default: all built-ins)\n"
                "  --prompts DIR      override prompt templates with DIR/NAME.txt\n"
+               "  --tool-opt K=V     a tool option (repeatable; see docs/CONFIG.md)\n"
+               "  --wiki-db DB       Wikipedia index (= --tool-opt wiki_db=DB)\n"
                "  --detailed         also write a detailed final answer\n"
                "  --config FILE      JSON configuration (same keys; see docs/CONFIG.md)\n"
                "\n"
@@ -68,6 +70,8 @@ enum {
     OPT_CONCURRENCY,
     OPT_DETAILED,
     OPT_QUIET,
+    OPT_TOOL_OPT,
+    OPT_WIKI_DB,
 };
 
 static const struct option run_opts[] = {
@@ -93,6 +97,8 @@ static const struct option run_opts[] = {
     {"concurrency", required_argument, 0, OPT_CONCURRENCY},
     {"detailed", no_argument, 0, OPT_DETAILED},
     {"quiet", no_argument, 0, OPT_QUIET},
+    {"tool-opt", required_argument, 0, OPT_TOOL_OPT},
+    {"wiki-db", required_argument, 0, OPT_WIKI_DB},
     {"help", no_argument, 0, 'h'},
     {0, 0, 0, 0},
 };
@@ -181,6 +187,16 @@ static int parse_args(int argc, char **argv, struct run_args *a)
                 return -1;
             a->concurrency = (int)d;
             break;
+        case OPT_TOOL_OPT:
+        case OPT_WIKI_DB: {
+            char kv[4096], err[512];
+            snprintf(kv, sizeof kv, "%s%s", o == OPT_WIKI_DB ? "wiki_db=" : "", optarg);
+            if (config_tool_opt_flag(a->flags, kv, err, sizeof err)) {
+                fprintf(stderr, "agentflow run: %s\n", err);
+                return -1;
+            }
+            break;
+        }
         case 'h':
             run_usage(stdout);
             return 1;

@@ -15,12 +15,14 @@ static void tool_usage(FILE *f)
 {
     fprintf(f, "usage: agentflow tool list\n"
                "       agentflow tool call NAME --args JSON [--url URL] [--model NAME]\n"
+               "                           [--tool-opt KEY=VALUE]... [--wiki-db DB]\n"
                "\n"
                "list   prints each built-in tool's card as JSON\n"
                "call   validates JSON arguments against the tool's card, runs the tool and\n"
                "       prints {tool, args, result, error, duration_ms}. Exit 0 when the tool\n"
                "       ran (even if it reported an error), 2 for usage errors. Tools that call\n"
-               "       an LLM use --url/--model (or AGENTFLOW_URL/AGENTFLOW_MODEL).\n");
+               "       an LLM use --url/--model (or AGENTFLOW_URL/AGENTFLOW_MODEL). Tool\n"
+               "       options (docs/CONFIG.md) come from --tool-opt or their variables.\n");
 }
 
 static int print_json(json_t *j)
@@ -71,14 +73,17 @@ static int run_call(struct af_tool *tool, json_t *args, const struct run_config 
     return print_json(out);
 }
 
-static int tool_call(int argc, char **argv, struct af_tool_registry *r)
+static int tool_call(int argc, char **argv, json_t *flags)
 {
     static const struct option opts[] = {{"args", required_argument, 0, 'a'},
                                          {"url", required_argument, 0, 'u'},
                                          {"model", required_argument, 0, 'm'},
+                                         {"tool-opt", required_argument, 0, 'o'},
+                                         {"wiki-db", required_argument, 0, 'w'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     const char *args_text = "{}", *url = NULL, *model = NULL;
+    char kv[4096], err[512];
     int o;
     optind = 1;
     while ((o = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
@@ -88,7 +93,13 @@ static int tool_call(int argc, char **argv, struct af_tool_registry *r)
             url = optarg;
         else if (o == 'm')
             model = optarg;
-        else {
+        else if (o == 'o' || o == 'w') {
+            snprintf(kv, sizeof kv, "%s%s", o == 'w' ? "wiki_db=" : "", optarg);
+            if (config_tool_opt_flag(flags, kv, err, sizeof err)) {
+                fprintf(stderr, "agentflow tool call: %s\n", err);
+                return CLI_EUSAGE;
+            }
+        } else {
             tool_usage(o == 'h' ? stdout : stderr);
             return o == 'h' ? CLI_OK : CLI_EUSAGE;
         }
@@ -97,10 +108,18 @@ static int tool_call(int argc, char **argv, struct af_tool_registry *r)
         fprintf(stderr, "agentflow tool call: expected one tool NAME\n");
         return CLI_EUSAGE;
     }
+    struct af_tool_registry *r = af_tool_registry_new();
+    if (af_tool_registry_add_builtins(r, NULL, json_object_get(flags, "tool_options"), err,
+                                      sizeof err)) {
+        fprintf(stderr, "agentflow tool: %s\n", err);
+        af_tool_registry_free(r);
+        return CLI_EFAIL;
+    }
     struct af_tool *tool = af_tool_registry_find(r, argv[optind]);
     if (!tool) {
         fprintf(stderr, "agentflow tool call: unknown tool '%s' (see 'agentflow tool list')\n",
                 argv[optind]);
+        af_tool_registry_free(r);
         return CLI_EUSAGE;
     }
     json_error_t je;
@@ -109,11 +128,11 @@ static int tool_call(int argc, char **argv, struct af_tool_registry *r)
         fprintf(stderr, "agentflow tool call: --args must be a JSON object (column %d: %s)\n",
                 je.column, args ? "not an object" : je.text);
         json_decref(args);
+        af_tool_registry_free(r);
         return CLI_EUSAGE;
     }
     struct run_config cfg;
     config_init(&cfg);
-    char err[512];
     int code = CLI_OK;
     if (config_apply_env(&cfg, err, sizeof err) != AF_OK) {
         fprintf(stderr, "agentflow tool call: %s\n", err);
@@ -127,6 +146,7 @@ static int tool_call(int argc, char **argv, struct af_tool_registry *r)
     }
     json_decref(args);
     config_deinit(&cfg);
+    af_tool_registry_free(r);
     return code;
 }
 
@@ -137,16 +157,20 @@ int cmd_tool(int argc, char **argv)
         tool_usage(help ? stdout : stderr);
         return help ? CLI_OK : CLI_EUSAGE;
     }
+    if (!strcmp(argv[1], "call")) {
+        json_t *flags = json_object();
+        int code = tool_call(argc - 1, argv + 1, flags);
+        json_decref(flags);
+        return code;
+    }
     struct af_tool_registry *r = af_tool_registry_new();
     char err[512];
     int code;
-    if (af_tool_registry_add_builtins(r, NULL, err, sizeof err)) {
+    if (af_tool_registry_add_builtins(r, NULL, NULL, err, sizeof err)) {
         fprintf(stderr, "agentflow tool: %s\n", err);
         code = CLI_EFAIL;
-    } else if (!strcmp(argv[1], "list")) {
-        code = tool_list(r);
     } else {
-        code = tool_call(argc - 1, argv + 1, r);
+        code = tool_list(r);
     }
     af_tool_registry_free(r);
     return code;

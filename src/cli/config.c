@@ -28,6 +28,7 @@ void config_init(struct run_config *c)
     }
     c->max_steps = d.max_steps;
     c->max_time_s = d.max_time_s;
+    c->tool_options = json_object();
 }
 
 void config_deinit(struct run_config *c)
@@ -42,6 +43,7 @@ void config_deinit(struct run_config *c)
     free(c->tools);
     free(c->prompts);
     free(c->trace);
+    json_decref(c->tool_options);
     json_decref(c->effective);
     memset(c, 0, sizeof *c);
 }
@@ -160,7 +162,7 @@ static int apply_tools(struct run_config *c, const json_t *v, const char *origin
     return AF_OK;
 }
 
-static int apply_top_key(struct run_config *c, const char *k, const json_t *v, const char *origin,
+static int apply_top_key(struct run_config *c, const char *k, json_t *v, const char *origin,
                          char *err, size_t errlen)
 {
     if (!strcmp(k, "max_steps")) {
@@ -173,6 +175,17 @@ static int apply_top_key(struct run_config *c, const char *k, const json_t *v, c
         c->max_time_s = json_number_value(v);
     } else if (!strcmp(k, "tools")) {
         return apply_tools(c, v, origin, err, errlen);
+    } else if (!strcmp(k, "tool_options")) {
+        const char *key;
+        json_t *val;
+        if (!json_is_object(v))
+            return bad(err, errlen, origin, k, "an object of strings");
+        json_object_foreach(v, key, val)
+        {
+            if (!json_is_string(val))
+                return bad(err, errlen, origin, "tool_options", "an object of strings");
+        }
+        json_object_update(c->tool_options, v);
     } else if (!strcmp(k, "prompts") || !strcmp(k, "trace")) {
         if (!json_is_string(v))
             return bad(err, errlen, origin, k, "a string");
@@ -392,5 +405,24 @@ json_t *config_to_json(const struct run_config *c)
     json_object_set_new(j, "tools", c->tools ? json_string(c->tools) : json_null());
     json_object_set_new(j, "prompts", c->prompts ? json_string(c->prompts) : json_null());
     json_object_set_new(j, "detailed", json_boolean(c->detailed));
+    json_object_set_new(j, "tool_options", json_deep_copy(c->tool_options));
     return j;
+}
+
+int config_tool_opt_flag(json_t *flags, const char *kv, char *err, size_t errlen)
+{
+    const char *eq = strchr(kv, '=');
+    if (!eq || eq == kv) {
+        snprintf(err, errlen, "--tool-opt '%s' must be KEY=VALUE", kv);
+        return AF_EINVAL;
+    }
+    json_t *o = json_object_get(flags, "tool_options");
+    if (!o) {
+        o = json_object();
+        json_object_set_new(flags, "tool_options", o);
+    }
+    char *key = af_xstrndup(kv, (size_t)(eq - kv));
+    json_object_set_new(o, key, json_string(eq + 1));
+    free(key);
+    return AF_OK;
 }

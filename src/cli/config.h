@@ -31,7 +31,8 @@ struct run_config {
     char *prompts; /* folder of template overrides */
     char *trace;   /* JSONL trace file */
     int detailed;
-    json_t *effective; /* the merged configuration as JSON, for records */
+    json_t *tool_options; /* object of strings read by the tools (owned) */
+    json_t *effective;    /* the merged configuration as JSON, for records */
 };
 
 void config_init(struct run_config *c);
@@ -50,6 +51,10 @@ void config_set_model(struct run_config *c, int slot, const char *model);
 /* The effective configuration as JSON (every slot's url, model, key variable, sampling and
  * timeouts; never a key itself), for result records. Owned by the caller. */
 json_t *config_to_json(const struct run_config *c);
+
+/* Parses a `--tool-opt KEY=VALUE` flag into flags["tool_options"][KEY]. Returns 0, or AF_EINVAL
+ * with a message when there is no '=' or the key is empty. */
+int config_tool_opt_flag(json_t *flags, const char *kv, char *err, size_t errlen);
 
 /* The back-ends of a configuration: slots naming the same URL and key share one handle. */
 struct backends {

@@ -17,6 +17,7 @@ static void usage(FILE *f)
                "  run      answer a query (or a batch of queries) with the agent flow\n"
                "  tool     list the tools or call one directly\n"
                "  eval     score predictions against a benchmark\n"
+               "  index    build or query the offline Wikipedia passage index\n"
                "  version  print the version\n"
                "\n"
                "Run 'agentflow COMMAND --help' for a command's options.\n");
@@ -54,6 +55,8 @@ int main(int argc, char **argv)
         return cmd_tool(argc - 1, argv + 1);
     if (strcmp(cmd, "eval") == 0)
         return cmd_eval(argc - 1, argv + 1);
+    if (strcmp(cmd, "index") == 0)
+        return cmd_index(argc - 1, argv + 1);
     if (strcmp(cmd, "version") == 0 || strcmp(cmd, "--version") == 0) {
         printf("agentflow %s\n", AGENTFLOW_VERSION);
         return CLI_OK;

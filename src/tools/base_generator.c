@@ -60,7 +60,8 @@ static int base_generator_call(void *self, const json_t *args, const struct af_t
     return rc == AF_OK ? AF_OK : AF_ETOOL;
 }
 
-struct af_tool *af_tool_base_generator_new(void)
+struct af_tool *af_tool_base_generator_new(const json_t *opts)
 {
+    (void)opts;
     return af_tool_new(&card, base_generator_call, NULL, NULL);
 }

@@ -182,8 +182,9 @@ static void coder_free(void *p)
     free(c);
 }
 
-struct af_tool *af_tool_python_coder_new(void)
+struct af_tool *af_tool_python_coder_new(const json_t *opts)
 {
+    (void)opts;
     struct coder *c = af_xcalloc(1, sizeof *c);
     pthread_mutex_init(&c->mu, NULL);
     c->params = sandbox_default_params();

@@ -73,7 +73,7 @@ struct af_tool *af_tool_registry_find(const struct af_tool_registry *r, const ch
     return NULL;
 }
 
-typedef struct af_tool *(*tool_ctor)(void);
+typedef struct af_tool *(*tool_ctor)(const json_t *opts);
 
 static const struct {
     const char *name;
@@ -81,9 +81,20 @@ static const struct {
 } builtins[] = {
     {"Generalist_Solution_Generator_Tool", af_tool_base_generator_new},
     {"Python_Code_Generator_Tool", af_tool_python_coder_new},
+    {"Wikipedia_RAG_Search_Tool", af_tool_wikipedia_new},
 };
 
-static int add_builtin(struct af_tool_registry *r, const char *name, char *err, size_t errlen)
+const char *af_tool_option(const json_t *opts, const char *key, const char *env)
+{
+    const char *v = json_string_value(json_object_get(opts, key));
+    if (v && v[0])
+        return v;
+    v = env ? getenv(env) : NULL;
+    return v && v[0] ? v : NULL;
+}
+
+static int add_builtin(struct af_tool_registry *r, const char *name, const json_t *opts, char *err,
+                       size_t errlen)
 {
     char want[NAME_MAX_LEN], have[NAME_MAX_LEN];
     af_tool_canonical_name(name, want, sizeof want);
@@ -95,7 +106,7 @@ static int add_builtin(struct af_tool_registry *r, const char *name, char *err, 
             continue;
         if (af_tool_registry_find(r, builtins[i].name))
             return AF_OK;
-        return af_tool_registry_add(r, builtins[i].make());
+        return af_tool_registry_add(r, builtins[i].make(opts));
     }
     char known[1024];
     size_t used = 0;
@@ -107,13 +118,13 @@ static int add_builtin(struct af_tool_registry *r, const char *name, char *err, 
     return AF_ENOTFOUND;
 }
 
-int af_tool_registry_add_builtins(struct af_tool_registry *r, const char *names, char *err,
-                                  size_t errlen)
+int af_tool_registry_add_builtins(struct af_tool_registry *r, const char *names, const json_t *opts,
+                                  char *err, size_t errlen)
 {
     if (!names || !names[0]) {
         for (size_t i = 0; i < sizeof builtins / sizeof builtins[0]; i++)
             if (!af_tool_registry_find(r, builtins[i].name)) {
-                int rc = af_tool_registry_add(r, builtins[i].make());
+                int rc = af_tool_registry_add(r, builtins[i].make(opts));
                 if (rc)
                     return rc;
             }
@@ -124,7 +135,7 @@ int af_tool_registry_add_builtins(struct af_tool_registry *r, const char *names,
         const char *comma = strchr(p, ',');
         size_t n = comma ? (size_t)(comma - p) : strlen(p);
         char *one = af_xstrndup(p, n);
-        int rc = add_builtin(r, one, err, errlen);
+        int rc = add_builtin(r, one, opts, err, errlen);
         free(one);
         if (rc)
             return rc;

@@ -1,0 +1,610 @@
+/*
+ * wiki_index.c - the FTS5 passage index: streaming build from JSONL / DPR TSV (plain or
+ * gzip'd) and safe BM25 queries. See wiki_index.h for the contract.
+ *
+ * Build: input is read through zlib's gzread, which passes plain files through unchanged and
+ * inflates gzip ones (detected by the 1f 8b magic). Lines are split in a growable window;
+ * rows go in through one prepared INSERT inside transactions of batch_rows rows, with the
+ * journal and fsync off (the file is a temporary until the final rename).
+ */
+#include "tools/wiki_index.h"
+
+#include <errno.h>
+#include <sqlite3.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include "core/buf.h"
+#include "core/clock.h"
+#include "core/errf.h"
+#include "core/jsonx.h"
+#include "core/xalloc.h"
+
+#define WIKI_TABLE "passages"
+#define READ_CHUNK (1u << 20)
+#define QUERY_MAX_TERMS 64
+
+struct wiki_index {
+    sqlite3 *db;
+    sqlite3_stmt *q; /* the prepared query; one per connection */
+    char *path;
+};
+
+struct wiki_build_params wiki_build_default_params(void)
+{
+    struct wiki_build_params p = {
+        .skip_bad = 0,
+        .batch_rows = 50000,
+        .max_line_bytes = (size_t)16 << 20,
+        .optimize = 1,
+        .progress = NULL,
+        .user = NULL,
+    };
+    return p;
+}
+
+/* --- Line reader over gzread -------------------------------------------------------------- */
+
+struct line_reader {
+    gzFile gz;
+    char *buf;
+    size_t cap, start, end; /* unread bytes are buf[start, end) */
+    size_t max_line;
+    int eof;
+};
+
+static int reader_fill(struct line_reader *r)
+{
+    if (r->start > 0) {
+        memmove(r->buf, r->buf + r->start, r->end - r->start);
+        r->end -= r->start;
+        r->start = 0;
+    }
+    if (r->cap - r->end < READ_CHUNK / 2) {
+        size_t ncap = r->cap * 2;
+        if (ncap > r->max_line + READ_CHUNK + 1)
+            ncap = r->max_line + READ_CHUNK + 1;
+        if (ncap <= r->cap)
+            return AF_ETOOBIG;
+        r->buf = af_xrealloc(r->buf, ncap);
+        r->cap = ncap;
+    }
+    size_t want = r->cap - r->end - 1;
+    if (want > UINT32_MAX / 2)
+        want = UINT32_MAX / 2;
+    int n = gzread(r->gz, r->buf + r->end, (unsigned)want);
+    if (n < 0)
+        return AF_EIO;
+    if (n == 0)
+        r->eof = 1;
+    r->end += (size_t)n;
+    return AF_OK;
+}
+
+/* Sets *line (NUL-terminated, valid until the next call, '\r\n' trimmed) and *len.
+ * Returns 1 for a line, 0 at end of input, or a negative AF_E*. */
+static int reader_next(struct line_reader *r, char **line, size_t *len)
+{
+    size_t scanned = 0;
+    for (;;) {
+        char *nl = memchr(r->buf + r->start + scanned, '\n', r->end - r->start - scanned);
+        if (nl || (r->eof && r->end > r->start)) {
+            char *s = r->buf + r->start;
+            size_t n = nl ? (size_t)(nl - s) : r->end - r->start;
+            if (n > r->max_line)
+                return AF_ETOOBIG;
+            r->start += nl ? n + 1 : n;
+            if (n > 0 && s[n - 1] == '\r')
+                n--;
+            s[n] = '\0'; /* overwrites the '\n', or the spare byte kept after end */
+            *line = s;
+            *len = n;
+            return 1;
+        }
+        if (r->eof)
+            return 0;
+        scanned = r->end - r->start;
+        if (scanned > r->max_line)
+            return AF_ETOOBIG;
+        int rc = reader_fill(r);
+        if (rc)
+            return rc;
+    }
+}
+
+/* --- Row parsers ----------------------------------------------------------------------------- */
+
+struct row {
+    const char *id, *title, *text;
+    size_t id_len, title_len, text_len;
+    char idnum[32];
+};
+
+/* JSONL: {"id": str|int, "title": str, "text": str}. The json_t stays alive in *keep. */
+static int parse_jsonl(char *line, size_t len, struct row *row, json_t **keep, char *why,
+                       size_t whylen)
+{
+    json_error_t je;
+    json_t *o = json_loadb(line, len, 0, &je);
+    if (!o) {
+        af_errf(why, whylen, "invalid JSON: %s", je.text);
+        return AF_EPARSE;
+    }
+    *keep = o;
+    if (!json_is_object(o)) {
+        af_errf(why, whylen, "expected a JSON object");
+        return AF_EPARSE;
+    }
+    json_t *id = json_object_get(o, "id"), *ti = json_object_get(o, "title");
+    json_t *tx = json_object_get(o, "text");
+    if (json_is_string(id)) {
+        row->id = json_string_value(id);
+        row->id_len = json_string_length(id);
+    } else if (json_is_integer(id)) {
+        int n = snprintf(row->idnum, sizeof row->idnum, "%" JSON_INTEGER_FORMAT,
+                         json_integer_value(id));
+        row->id = row->idnum;
+        row->id_len = (size_t)n;
+    } else {
+        af_errf(why, whylen, "\"id\" must be a string or an integer");
+        return AF_EPARSE;
+    }
+    if (!json_is_string(tx)) {
+        af_errf(why, whylen, "\"text\" must be a string");
+        return AF_EPARSE;
+    }
+    if (ti && !json_is_string(ti) && !json_is_null(ti)) {
+        af_errf(why, whylen, "\"title\" must be a string");
+        return AF_EPARSE;
+    }
+    row->text = json_string_value(tx);
+    row->text_len = json_string_length(tx);
+    row->title = json_is_string(ti) ? json_string_value(ti) : "";
+    row->title_len = json_is_string(ti) ? json_string_length(ti) : 0;
+    return AF_OK;
+}
+
+/* One TSV field starting at *p, unquoted in place ("" -> "). Advances *p past the field and
+ * its tab. Returns 0, or -1 on an unterminated quote. */
+static int tsv_field(char **p, char *end, const char **out, size_t *outlen)
+{
+    char *s = *p;
+    if (s < end && *s == '"') {
+        char *w = s, *r = s + 1;
+        for (;;) {
+            if (r >= end)
+                return -1;
+            if (*r == '"') {
+                if (r + 1 < end && r[1] == '"') {
+                    *w++ = '"';
+                    r += 2;
+                    continue;
+                }
+                r++;
+                break;
+            }
+            *w++ = *r++;
+        }
+        if (r < end && *r != '\t')
+            return -1;
+        *out = s;
+        *outlen = (size_t)(w - s);
+        *p = r < end ? r + 1 : r;
+        return 0;
+    }
+    char *tab = memchr(s, '\t', (size_t)(end - s));
+    *out = s;
+    *outlen = tab ? (size_t)(tab - s) : (size_t)(end - s);
+    *p = tab ? tab + 1 : end;
+    return 0;
+}
+
+/* DPR TSV: id \t text \t title. */
+static int parse_tsv(char *line, size_t len, struct row *row, char *why, size_t whylen)
+{
+    char *p = line, *end = line + len;
+    if (tsv_field(&p, end, &row->id, &row->id_len) || p >= end ||
+        tsv_field(&p, end, &row->text, &row->text_len) ||
+        tsv_field(&p, end, &row->title, &row->title_len)) {
+        af_errf(why, whylen, "expected 3 tab-separated fields (id, text, title)");
+        return AF_EPARSE;
+    }
+    if (p < end) {
+        af_errf(why, whylen, "more than 3 tab-separated fields");
+        return AF_EPARSE;
+    }
+    if (row->id_len == 0) {
+        af_errf(why, whylen, "empty id");
+        return AF_EPARSE;
+    }
+    return AF_OK;
+}
+
+/* --- Build ----------------------------------------------------------------------------------- */
+
+struct builder {
+    const char *in_path;
+    sqlite3 *db;
+    sqlite3_stmt *ins;
+    char *tmp_path;
+    const struct wiki_build_params *p;
+    struct wiki_build_stats *st;
+    int is_jsonl; /* -1 until the first data line */
+    char *err;
+    size_t errlen;
+};
+
+static int sql_exec(struct builder *b, const char *sql)
+{
+    char *msg = NULL;
+    if (sqlite3_exec(b->db, sql, NULL, NULL, &msg) != SQLITE_OK) {
+        af_errf(b->err, b->errlen, "%s: %s", b->tmp_path, msg ? msg : "SQLite error");
+        sqlite3_free(msg);
+        return AF_EIO;
+    }
+    return AF_OK;
+}
+
+static int builder_open_db(struct builder *b)
+{
+    if (unlink(b->tmp_path) != 0 && errno != ENOENT) {
+        af_errf(b->err, b->errlen, "%s: cannot remove: %s", b->tmp_path, strerror(errno));
+        return AF_EIO;
+    }
+    int flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX;
+    if (sqlite3_open_v2(b->tmp_path, &b->db, flags, NULL) != SQLITE_OK) {
+        af_errf(b->err, b->errlen, "%s: cannot create: %s", b->tmp_path,
+                b->db ? sqlite3_errmsg(b->db) : "out of memory");
+        return AF_EIO;
+    }
+    int rc = sql_exec(b, "PRAGMA journal_mode=OFF; PRAGMA synchronous=OFF; "
+                         "PRAGMA cache_size=-262144; PRAGMA temp_store=MEMORY; "
+                         "CREATE VIRTUAL TABLE " WIKI_TABLE " USING fts5(id UNINDEXED, title, "
+                         "text, tokenize = 'unicode61 remove_diacritics 2');"
+                         /* No incremental merging while loading; 'optimize' merges once. */
+                         "INSERT INTO " WIKI_TABLE "(" WIKI_TABLE ", rank) VALUES('automerge', 0);"
+                         "INSERT INTO " WIKI_TABLE "(" WIKI_TABLE ", rank) "
+                         "VALUES('crisismerge', 64);"
+                         "BEGIN;");
+    if (rc)
+        return rc;
+    if (sqlite3_prepare_v2(b->db, "INSERT INTO " WIKI_TABLE "(id, title, text) VALUES (?1, ?2, ?3)",
+                           -1, &b->ins, NULL) != SQLITE_OK) {
+        af_errf(b->err, b->errlen, "%s: %s", b->tmp_path, sqlite3_errmsg(b->db));
+        return AF_EIO;
+    }
+    return AF_OK;
+}
+
+static int builder_insert(struct builder *b, const struct row *row)
+{
+    sqlite3_bind_text(b->ins, 1, row->id, (int)row->id_len, SQLITE_STATIC);
+    sqlite3_bind_text(b->ins, 2, row->title, (int)row->title_len, SQLITE_STATIC);
+    sqlite3_bind_text(b->ins, 3, row->text, (int)row->text_len, SQLITE_STATIC);
+    int rc = sqlite3_step(b->ins);
+    sqlite3_reset(b->ins);
+    if (rc != SQLITE_DONE) {
+        af_errf(b->err, b->errlen, "%s: insert failed: %s", b->tmp_path, sqlite3_errmsg(b->db));
+        return AF_EIO;
+    }
+    b->st->n_passages++;
+    if (b->st->n_passages % b->p->batch_rows == 0)
+        return sql_exec(b, "COMMIT; BEGIN;");
+    return AF_OK;
+}
+
+/* Parses and inserts one line. A bad line fails or is skipped, per skip_bad. */
+static int builder_line(struct builder *b, char *line, size_t len)
+{
+    size_t lineno = b->st->n_lines;
+    size_t i = 0;
+    while (i < len && (line[i] == ' ' || line[i] == '\t'))
+        i++;
+    if (i == len)
+        return AF_OK; /* blank */
+    if (b->is_jsonl < 0) {
+        b->is_jsonl = line[i] == '{';
+        if (!b->is_jsonl && lineno == 1 && strncmp(line, "id\ttext\ttitle", 13) == 0 && len == 13)
+            return AF_OK; /* the DPR header */
+    }
+    struct row row;
+    json_t *keep = NULL;
+    char why[256];
+    int rc = b->is_jsonl ? parse_jsonl(line, len, &row, &keep, why, sizeof why)
+                         : parse_tsv(line, len, &row, why, sizeof why);
+    if (rc == AF_OK)
+        rc = builder_insert(b, &row);
+    else if (b->p->skip_bad) {
+        b->st->n_skipped++;
+        rc = AF_OK;
+    } else {
+        af_errf(b->err, b->errlen, "%s:%zu: %s", b->in_path, lineno, why);
+    }
+    json_decref(keep);
+    return rc;
+}
+
+static void builder_progress(struct builder *b, gzFile gz)
+{
+    if (!b->p->progress)
+        return;
+    z_off_t off = gzoffset(gz);
+    b->p->progress(b->p->user, b->st->n_passages, off > 0 ? (size_t)off : 0, b->st->bytes_total);
+}
+
+static int builder_stream(struct builder *b, gzFile gz)
+{
+    struct line_reader r = {.gz = gz, .max_line = b->p->max_line_bytes};
+    r.cap = READ_CHUNK;
+    r.buf = af_xmalloc(r.cap);
+    int rc = AF_OK;
+    size_t next_report = b->p->batch_rows < 10000 ? b->p->batch_rows : 10000;
+    for (;;) {
+        char *line;
+        size_t len;
+        int got = reader_next(&r, &line, &len);
+        if (got == 0)
+            break;
+        if (got < 0) {
+            rc = got;
+            if (rc == AF_ETOOBIG)
+                af_errf(b->err, b->errlen, "%s:%zu: line longer than %zu bytes", b->in_path,
+                        b->st->n_lines + 1, b->p->max_line_bytes);
+            else
+                af_errf(b->err, b->errlen, "%s: read error after line %zu (truncated gzip?)",
+                        b->in_path, b->st->n_lines);
+            break;
+        }
+        b->st->n_lines++;
+        rc = builder_line(b, line, len);
+        if (rc)
+            break;
+        if (b->st->n_passages >= next_report) {
+            builder_progress(b, gz);
+            next_report = b->st->n_passages + 10000;
+        }
+    }
+    free(r.buf);
+    return rc;
+}
+
+static int builder_finish(struct builder *b, const char *db_path)
+{
+    sqlite3_finalize(b->ins);
+    b->ins = NULL;
+    int rc = sql_exec(b, "COMMIT;");
+    if (!rc && b->p->optimize)
+        rc = sql_exec(b, "INSERT INTO " WIKI_TABLE "(" WIKI_TABLE ") VALUES('optimize');");
+    if (rc)
+        return rc;
+    if (sqlite3_close(b->db) != SQLITE_OK) {
+        af_errf(b->err, b->errlen, "%s: close failed: %s", b->tmp_path, sqlite3_errmsg(b->db));
+        return AF_EIO;
+    }
+    b->db = NULL;
+    if (rename(b->tmp_path, db_path) != 0) {
+        af_errf(b->err, b->errlen, "%s: cannot rename to %s: %s", b->tmp_path, db_path,
+                strerror(errno));
+        return AF_EIO;
+    }
+    return AF_OK;
+}
+
+int wiki_index_build(const char *in_path, const char *db_path, const struct wiki_build_params *p,
+                     struct wiki_build_stats *st, char *err, size_t errlen)
+{
+    struct wiki_build_params defaults = wiki_build_default_params();
+    struct wiki_build_stats st_local;
+    if (!p)
+        p = &defaults;
+    if (!st)
+        st = &st_local;
+    memset(st, 0, sizeof *st);
+    if (p->batch_rows == 0 || p->max_line_bytes == 0) {
+        af_errf(err, errlen, "batch_rows and max_line_bytes must be > 0");
+        return AF_EINVAL;
+    }
+    double t0 = af_clock_ms();
+    struct builder b = {.in_path = in_path, .p = p, .st = st, .is_jsonl = -1};
+    b.err = err;
+    b.errlen = errlen;
+    struct af_buf tmp;
+    af_buf_init(&tmp, AF_BUF_NOLIMIT);
+    (void)af_buf_printf(&tmp, "%s.tmp", db_path);
+    b.tmp_path = af_buf_detach(&tmp);
+    gzFile gz = NULL;
+    int rc;
+
+    struct stat sb;
+    memset(&sb, 0, sizeof sb);
+    int stat_rc = stat(in_path, &sb);
+    if (stat_rc != 0 || !S_ISREG(sb.st_mode)) {
+        af_errf(err, errlen, "%s: %s", in_path,
+                stat_rc != 0 ? strerror(errno) : "not a regular file");
+        rc = stat_rc != 0 && errno == ENOENT ? AF_ENOTFOUND : AF_EIO;
+        goto out;
+    }
+    st->bytes_total = (size_t)sb.st_size;
+    gz = gzopen(in_path, "rb");
+    if (!gz) {
+        af_errf(err, errlen, "%s: cannot open: %s", in_path, strerror(errno));
+        rc = AF_EIO;
+        goto out;
+    }
+    gzbuffer(gz, 256 * 1024);
+    rc = builder_open_db(&b);
+    if (!rc)
+        rc = builder_stream(&b, gz);
+    if (!rc) {
+        builder_progress(&b, gz);
+        rc = builder_finish(&b, db_path);
+    }
+out:
+    if (gz)
+        gzclose(gz);
+    sqlite3_finalize(b.ins);
+    if (b.db)
+        sqlite3_close(b.db);
+    if (rc)
+        unlink(b.tmp_path);
+    free(b.tmp_path);
+    st->build_ms = af_clock_ms() - t0;
+    return rc;
+}
+
+/* --- Open and query -------------------------------------------------------------------------- */
+
+int wiki_index_open(const char *path, int writable, struct wiki_index **out, char *err,
+                    size_t errlen)
+{
+    *out = NULL;
+    struct stat sb;
+    if (!path || !path[0]) {
+        af_errf(err, errlen, "no index path given");
+        return AF_EINVAL;
+    }
+    if (stat(path, &sb) != 0) {
+        af_errf(err, errlen, "%s: no such index file (build one with `agentflow index build`)",
+                path);
+        return AF_ENOTFOUND;
+    }
+    struct wiki_index *ix = af_xcalloc(1, sizeof *ix);
+    ix->path = af_xstrdup(path);
+    int flags = (writable ? SQLITE_OPEN_READWRITE : SQLITE_OPEN_READONLY) | SQLITE_OPEN_NOMUTEX;
+    int rc = AF_OK;
+    if (sqlite3_open_v2(path, &ix->db, flags, NULL) != SQLITE_OK) {
+        af_errf(err, errlen, "%s: cannot open: %s", path,
+                ix->db ? sqlite3_errmsg(ix->db) : "out of memory");
+        rc = AF_EIO;
+        goto out;
+    }
+    sqlite3_busy_timeout(ix->db, 5000);
+    sqlite3_stmt *chk = NULL;
+    int src = sqlite3_prepare_v2(
+        ix->db, "SELECT sql FROM sqlite_master WHERE type='table' AND name='" WIKI_TABLE "'", -1,
+        &chk, NULL);
+    if (src == SQLITE_OK)
+        src = sqlite3_step(chk);
+    const char *sql = src == SQLITE_ROW ? (const char *)sqlite3_column_text(chk, 0) : NULL;
+    if (src != SQLITE_ROW && src != SQLITE_DONE) {
+        af_errf(err, errlen, "%s: not a valid index database: %s", path, sqlite3_errmsg(ix->db));
+        rc = AF_EIO;
+    } else if (!sql || !strstr(sql, "fts5")) {
+        af_errf(err, errlen, "%s: not a passage index (no FTS5 table '" WIKI_TABLE "')", path);
+        rc = AF_EIO;
+    }
+    sqlite3_finalize(chk);
+    if (rc)
+        goto out;
+    if (sqlite3_prepare_v3(ix->db,
+                           "SELECT id, title, text, bm25(" WIKI_TABLE ") FROM " WIKI_TABLE
+                           " WHERE " WIKI_TABLE " MATCH ?1 ORDER BY rank LIMIT ?2",
+                           -1, SQLITE_PREPARE_PERSISTENT, &ix->q, NULL) != SQLITE_OK) {
+        af_errf(err, errlen, "%s: not a valid index database: %s", path, sqlite3_errmsg(ix->db));
+        rc = AF_EIO;
+    }
+out:
+    if (rc) {
+        wiki_index_close(ix);
+        return rc;
+    }
+    *out = ix;
+    return AF_OK;
+}
+
+void wiki_index_close(struct wiki_index *ix)
+{
+    if (!ix)
+        return;
+    sqlite3_finalize(ix->q);
+    sqlite3_close(ix->db);
+    free(ix->path);
+    free(ix);
+}
+
+const char *wiki_index_path(const struct wiki_index *ix)
+{
+    return ix->path;
+}
+
+long long wiki_index_count(struct wiki_index *ix)
+{
+    sqlite3_stmt *s = NULL;
+    long long n = -1;
+    if (sqlite3_prepare_v2(ix->db, "SELECT count(*) FROM " WIKI_TABLE, -1, &s, NULL) == SQLITE_OK &&
+        sqlite3_step(s) == SQLITE_ROW)
+        n = sqlite3_column_int64(s, 0);
+    sqlite3_finalize(s);
+    return n;
+}
+
+static int is_word_byte(unsigned char c)
+{
+    return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c >= 0x80;
+}
+
+char *wiki_fts_query(const char *text, size_t max_terms)
+{
+    struct af_buf q;
+    af_buf_init(&q, AF_BUF_NOLIMIT);
+    size_t n_terms = 0;
+    const unsigned char *s = (const unsigned char *)(text ? text : "");
+    while (*s && n_terms < max_terms) {
+        while (*s && !is_word_byte(*s))
+            s++;
+        const unsigned char *w = s;
+        while (*s && is_word_byte(*s))
+            s++;
+        if (s == w)
+            break;
+        /* A word holds no '"' (only letters, digits, non-ASCII bytes), so quoting is safe. */
+        (void)af_buf_printf(&q, "%s\"%.*s\"", n_terms ? " OR " : "", (int)(s - w), (const char *)w);
+        n_terms++;
+    }
+    return af_buf_detach(&q);
+}
+
+int wiki_index_query(struct wiki_index *ix, const char *text, int k, json_t **hits, char *err,
+                     size_t errlen)
+{
+    *hits = NULL;
+    if (k < 1) {
+        af_errf(err, errlen, "k must be at least 1 (got %d)", k);
+        return AF_EINVAL;
+    }
+    char *match = wiki_fts_query(text, QUERY_MAX_TERMS);
+    json_t *arr = json_array();
+    int rc = AF_OK;
+    if (!match[0])
+        goto out;
+    sqlite3_bind_text(ix->q, 1, match, -1, SQLITE_STATIC);
+    sqlite3_bind_int(ix->q, 2, k);
+    int src;
+    while ((src = sqlite3_step(ix->q)) == SQLITE_ROW) {
+        json_t *h = json_object();
+        /* TSV input is not UTF-8 checked at build time: repair on the way out. */
+        json_object_set_new(h, "id", af_json_text((const char *)sqlite3_column_text(ix->q, 0)));
+        json_object_set_new(h, "title", af_json_text((const char *)sqlite3_column_text(ix->q, 1)));
+        json_object_set_new(h, "text", af_json_text((const char *)sqlite3_column_text(ix->q, 2)));
+        json_object_set_new(h, "score", json_real(-sqlite3_column_double(ix->q, 3)));
+        json_array_append_new(arr, h);
+    }
+    if (src != SQLITE_DONE) {
+        af_errf(err, errlen, "%s: query failed: %s", ix->path, sqlite3_errmsg(ix->db));
+        rc = AF_EIO;
+    }
+    sqlite3_reset(ix->q);
+    sqlite3_clear_bindings(ix->q);
+out:
+    free(match);
+    if (rc)
+        json_decref(arr);
+    else
+        *hits = arr;
+    return rc;
+}

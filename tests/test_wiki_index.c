@@ -1,0 +1,366 @@
+/*
+ * test_wiki_index.c - the FTS5 passage index (tools/wiki_index.h) and Wikipedia_RAG_Search_Tool:
+ * builds from JSONL, DPR TSV and gzip'd JSONL in a temporary directory; ranking, diacritics,
+ * hostile queries, missing / corrupt databases, bad input lines, and the tool's results.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include "agentflow/tools.h"
+#include "tools/wiki_index.h"
+
+static const char *JSONL =
+    "{\"id\": \"p1\", \"title\": \"Zürich\", \"text\": \"Zürich is the largest city in "
+    "Switzerland, on Lake Zürich.\"}\n"
+    "{\"id\": 2, \"title\": \"Paris\", \"text\": \"Paris is the capital of France; the Eiffel "
+    "Tower stands there.\"}\n"
+    "\n"
+    "{\"id\": \"p3\", \"title\": \"Marie Curie\", \"text\": \"Marie Curie won the Nobel Prize in "
+    "Physics and in Chemistry.\"}\r\n"
+    "{\"id\": \"p4\", \"title\": \"東京\", \"text\": \"東京 is the capital of Japan.\"}";
+
+struct tmp {
+    char dir[64];
+    char path[8][128];
+    size_t n;
+};
+
+static const char *tmp_file(struct tmp *t, const char *name)
+{
+    assert_true(t->n < 8);
+    char path[sizeof t->path[0]];
+    snprintf(path, sizeof path, "%s/%s", t->dir, name);
+    memcpy(t->path[t->n], path, sizeof path);
+    return t->path[t->n++];
+}
+
+static int setup(void **state)
+{
+    struct tmp *t = calloc(1, sizeof *t);
+    snprintf(t->dir, sizeof t->dir, "/tmp/af_test_wiki_XXXXXX");
+    if (!mkdtemp(t->dir))
+        return -1;
+    *state = t;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    struct tmp *t = *state;
+    for (size_t i = 0; i < t->n; i++) {
+        unlink(t->path[i]);
+        char side[160];
+        snprintf(side, sizeof side, "%s.tmp", t->path[i]);
+        unlink(side);
+    }
+    rmdir(t->dir);
+    free(t);
+    return 0;
+}
+
+static void write_file(const char *path, const char *s)
+{
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(s, 1, strlen(s), f), strlen(s));
+    assert_int_equal(fclose(f), 0);
+}
+
+static const char *build_from(struct tmp *t, const char *name, const char *content, size_t *n)
+{
+    const char *in = tmp_file(t, name);
+    const char *db = tmp_file(t, "index.db");
+    write_file(in, content);
+    char err[512] = "";
+    struct wiki_build_stats st;
+    int rc = wiki_index_build(in, db, NULL, &st, err, sizeof err);
+    if (rc)
+        fail_msg("build failed: %s", err);
+    if (n)
+        *n = st.n_passages;
+    return db;
+}
+
+static json_t *query(struct wiki_index *ix, const char *text, int k)
+{
+    json_t *hits = NULL;
+    char err[512] = "";
+    int rc = wiki_index_query(ix, text, k, &hits, err, sizeof err);
+    if (rc)
+        fail_msg("query '%s' failed: %s", text, err);
+    assert_true(json_is_array(hits));
+    return hits;
+}
+
+static const char *top_id(json_t *hits)
+{
+    return json_string_value(json_object_get(json_array_get(hits, 0), "id"));
+}
+
+static void expect_top(struct wiki_index *ix, const char *text, const char *id)
+{
+    json_t *hits = query(ix, text, 5);
+    assert_true(json_array_size(hits) >= 1);
+    assert_string_equal(top_id(hits), id);
+    json_decref(hits);
+}
+
+static void test_build_jsonl_and_query(void **state)
+{
+    struct tmp *t = *state;
+    size_t n = 0;
+    const char *db = build_from(t, "in.jsonl", JSONL, &n);
+    assert_int_equal(n, 4);
+    struct wiki_index *ix = NULL;
+    char err[512];
+    assert_int_equal(wiki_index_open(db, 0, &ix, err, sizeof err), AF_OK);
+    assert_int_equal(wiki_index_count(ix), 4);
+    expect_top(ix, "Eiffel tower", "2");
+    expect_top(ix, "who won the Nobel prize in chemistry?", "p3");
+    expect_top(ix, "Zurich", "p1"); /* diacritics removed on both sides */
+    expect_top(ix, "東京", "p4");
+
+    json_t *hits = query(ix, "capital", 5);
+    assert_int_equal(json_array_size(hits), 2);
+    double s0 = json_real_value(json_object_get(json_array_get(hits, 0), "score"));
+    double s1 = json_real_value(json_object_get(json_array_get(hits, 1), "score"));
+    assert_true(s0 >= s1 && s0 > 0);
+    assert_non_null(json_object_get(json_array_get(hits, 0), "title"));
+    assert_non_null(json_object_get(json_array_get(hits, 0), "text"));
+    json_decref(hits);
+
+    hits = query(ix, "capital", 1);
+    assert_int_equal(json_array_size(hits), 1);
+    json_decref(hits);
+    assert_int_equal(wiki_index_query(ix, "x", 0, &hits, err, sizeof err), AF_EINVAL);
+    wiki_index_close(ix);
+}
+
+static void test_hostile_queries(void **state)
+{
+    struct tmp *t = *state;
+    const char *db = build_from(t, "in.jsonl", JSONL, NULL);
+    struct wiki_index *ix = NULL;
+    char err[512];
+    assert_int_equal(wiki_index_open(db, 0, &ix, err, sizeof err), AF_OK);
+    static const char *hostile[] = {"\"unbalanced",
+                                    "a:b",
+                                    "NEAR(",
+                                    "*",
+                                    "-x",
+                                    "AND OR NOT",
+                                    "title:Paris",
+                                    "(((",
+                                    "^Paris",
+                                    "\"\"",
+                                    "Paris\" OR \"",
+                                    "{title text}: x",
+                                    "NOT",
+                                    "+ - / \\",
+                                    "\xff\xfe bad utf8"};
+    for (size_t i = 0; i < sizeof hostile / sizeof hostile[0]; i++)
+        json_decref(query(ix, hostile[i], 5));
+    json_t *hits = query(ix, "", 5);
+    assert_int_equal(json_array_size(hits), 0);
+    json_decref(hits);
+    hits = query(ix, "  ?!  ", 5);
+    assert_int_equal(json_array_size(hits), 0);
+    json_decref(hits);
+    expect_top(ix, "title:Paris", "2");
+    wiki_index_close(ix);
+
+    char *q = wiki_fts_query("a:b \"c NEAR(", 10);
+    assert_string_equal(q, "\"a\" OR \"b\" OR \"c\" OR \"NEAR\"");
+    free(q);
+    q = wiki_fts_query("one two three", 2);
+    assert_string_equal(q, "\"one\" OR \"two\"");
+    free(q);
+}
+
+static void test_build_tsv(void **state)
+{
+    struct tmp *t = *state;
+    size_t n = 0;
+    const char *db = build_from(t, "psgs.tsv",
+                                "id\ttext\ttitle\n"
+                                "1\t\"Aaron is a prophet, \"\"high priest\"\", and brother of "
+                                "Moses.\"\tAaron\n"
+                                "2\tThe Nile is a river in Africa.\tNile\n"
+                                "3\t\"Quoted with a\ttab inside\"\t\"Tab Title\"\n",
+                                &n);
+    assert_int_equal(n, 3);
+    struct wiki_index *ix = NULL;
+    char err[512];
+    assert_int_equal(wiki_index_open(db, 0, &ix, err, sizeof err), AF_OK);
+    json_t *hits = query(ix, "high priest", 5);
+    assert_string_equal(top_id(hits), "1");
+    json_t *h = json_array_get(hits, 0);
+    assert_string_equal(json_string_value(json_object_get(h, "title")), "Aaron");
+    assert_string_equal(json_string_value(json_object_get(h, "text")),
+                        "Aaron is a prophet, \"high priest\", and brother of Moses.");
+    json_decref(hits);
+    expect_top(ix, "river Africa", "2");
+    expect_top(ix, "tab", "3");
+    hits = query(ix, "text title", 5); /* the header is not a passage */
+    assert_int_equal(json_array_size(hits), 1);
+    json_decref(hits);
+    wiki_index_close(ix);
+}
+
+static void test_build_gzip(void **state)
+{
+    struct tmp *t = *state;
+    const char *in = tmp_file(t, "in.jsonl.gz");
+    const char *db = tmp_file(t, "index.db");
+    gzFile gz = gzopen(in, "wb");
+    assert_non_null(gz);
+    assert_int_equal(gzwrite(gz, JSONL, (unsigned)strlen(JSONL)), (int)strlen(JSONL));
+    assert_int_equal(gzclose(gz), Z_OK);
+    char err[512] = "";
+    struct wiki_build_stats st;
+    assert_int_equal(wiki_index_build(in, db, NULL, &st, err, sizeof err), AF_OK);
+    assert_int_equal(st.n_passages, 4);
+    struct wiki_index *ix = NULL;
+    assert_int_equal(wiki_index_open(db, 0, &ix, err, sizeof err), AF_OK);
+    expect_top(ix, "Switzerland lake", "p1");
+    wiki_index_close(ix);
+}
+
+static void test_bad_lines(void **state)
+{
+    struct tmp *t = *state;
+    const char *in = tmp_file(t, "bad.jsonl");
+    const char *db = tmp_file(t, "bad.db");
+    write_file(in, "{\"id\":\"a\",\"title\":\"A\",\"text\":\"alpha\"}\n"
+                   "{\"id\":\"b\",\"title\":\"B\",\"text\":\"beta\"}\n"
+                   "{\"id\":\"c\",\"title\":\"C\",\"text\": broken\n"
+                   "{\"id\":[1],\"text\":\"delta\"}\n"
+                   "{\"id\":\"e\",\"title\":\"E\",\"text\":\"epsilon\"}\n");
+    char err[512] = "";
+    assert_int_equal(wiki_index_build(in, db, NULL, NULL, err, sizeof err), AF_EPARSE);
+    assert_non_null(strstr(err, "bad.jsonl:3"));
+    assert_int_equal(access(db, F_OK), -1); /* nothing under the final name */
+    char tmpdb[160];
+    snprintf(tmpdb, sizeof tmpdb, "%s.tmp", db);
+    assert_int_equal(access(tmpdb, F_OK), -1);
+
+    struct wiki_build_params p = wiki_build_default_params();
+    p.skip_bad = 1;
+    struct wiki_build_stats st;
+    assert_int_equal(wiki_index_build(in, db, &p, &st, err, sizeof err), AF_OK);
+    assert_int_equal(st.n_passages, 3);
+    assert_int_equal(st.n_skipped, 2);
+
+    assert_int_equal(wiki_index_build(tmp_file(t, "nope.jsonl"), db, NULL, NULL, err, sizeof err),
+                     AF_ENOTFOUND);
+    assert_non_null(strstr(err, "nope.jsonl"));
+}
+
+static void test_missing_and_corrupt_db(void **state)
+{
+    struct tmp *t = *state;
+    struct wiki_index *ix = NULL;
+    char err[512] = "";
+    const char *missing = tmp_file(t, "missing.db");
+    assert_int_equal(wiki_index_open(missing, 0, &ix, err, sizeof err), AF_ENOTFOUND);
+    assert_null(ix);
+    assert_non_null(strstr(err, missing));
+
+    const char *corrupt = tmp_file(t, "corrupt.db");
+    char junk[4096];
+    uint32_t x = 12345;
+    for (size_t i = 0; i < sizeof junk - 1; i++) {
+        x = x * 1103515245u + 12345u;
+        junk[i] = (char)(1 + (x >> 16) % 255);
+    }
+    junk[sizeof junk - 1] = '\0';
+    write_file(corrupt, junk);
+    assert_int_equal(wiki_index_open(corrupt, 0, &ix, err, sizeof err), AF_EIO);
+    assert_non_null(strstr(err, corrupt));
+
+    const char *empty = tmp_file(t, "empty.db");
+    write_file(empty, "");
+    assert_int_equal(wiki_index_open(empty, 0, &ix, err, sizeof err), AF_EIO);
+    assert_non_null(strstr(err, empty));
+}
+
+static json_t *call_tool(struct af_tool *tool, const char *args_json, int *rc)
+{
+    json_t *args = json_loads(args_json, 0, NULL), *valid = NULL, *result = NULL;
+    char err[256];
+    assert_int_equal(af_tool_validate_args(af_tool_card(tool), args, &valid, err, sizeof err),
+                     AF_OK);
+    *rc = af_tool_call(tool, valid, NULL, &result);
+    json_decref(args);
+    json_decref(valid);
+    assert_non_null(result);
+    return result;
+}
+
+static void test_tool(void **state)
+{
+    struct tmp *t = *state;
+    const char *db = build_from(t, "in.jsonl", JSONL, NULL);
+    json_t *opts = json_pack("{ss}", "wiki_db", db);
+    struct af_tool *tool = af_tool_wikipedia_new(opts);
+    json_decref(opts);
+    assert_string_equal(af_tool_card(tool)->name, "Wikipedia_RAG_Search_Tool");
+    int rc;
+    json_t *res = call_tool(tool, "{\"query\": \"Eiffel Tower\"}", &rc);
+    assert_int_equal(rc, AF_OK);
+    assert_string_equal(json_string_value(json_object_get(res, "query")), "Eiffel Tower");
+    json_t *results = json_object_get(res, "results");
+    assert_true(json_array_size(results) >= 1);
+    assert_string_equal(json_string_value(json_object_get(json_array_get(results, 0), "title")),
+                        "Paris");
+    json_decref(res);
+    res = call_tool(tool, "{\"query\": \"capital\", \"k\": 1}", &rc);
+    assert_int_equal(rc, AF_OK);
+    assert_int_equal(json_array_size(json_object_get(res, "results")), 1);
+    json_decref(res);
+    res = call_tool(tool, "{\"query\": \"capital\", \"k\": 0}", &rc);
+    assert_int_equal(rc, AF_ETOOL);
+    json_decref(res);
+    af_tool_free(tool);
+
+    unsetenv("AGENTFLOW_WIKI_DB");
+    tool = af_tool_wikipedia_new(NULL);
+    res = call_tool(tool, "{\"query\": \"x\"}", &rc);
+    assert_int_equal(rc, AF_ETOOL);
+    assert_non_null(strstr(json_string_value(json_object_get(res, "error")), "AGENTFLOW_WIKI_DB"));
+    json_decref(res);
+    af_tool_free(tool);
+
+    const char *missing = tmp_file(t, "none.db");
+    setenv("AGENTFLOW_WIKI_DB", missing, 1);
+    tool = af_tool_wikipedia_new(NULL);
+    unsetenv("AGENTFLOW_WIKI_DB");
+    res = call_tool(tool, "{\"query\": \"x\"}", &rc);
+    assert_int_equal(rc, AF_ETOOL);
+    assert_non_null(strstr(json_string_value(json_object_get(res, "error")), missing));
+    json_decref(res);
+    af_tool_free(tool);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_build_jsonl_and_query, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_hostile_queries, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_build_tsv, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_build_gzip, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_bad_lines, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_missing_and_corrupt_db, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_tool, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
