@@ -141,7 +141,6 @@ static int index_query(int argc, char **argv)
     return CLI_OK;
 }
 
-
 int cmd_index(int argc, char **argv)
 {
     if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
