@@ -47,8 +47,10 @@ static int setup(void **state)
 {
     struct tmp *t = calloc(1, sizeof *t);
     snprintf(t->dir, sizeof t->dir, "/tmp/af_test_wiki_XXXXXX");
-    if (!mkdtemp(t->dir))
+    if (!mkdtemp(t->dir)) {
+        free(t);
         return -1;
+    }
     *state = t;
     return 0;
 }
