@@ -10,7 +10,7 @@ ifeq ($(origin CC),default)
 CC := gcc
 endif
 
-PKGS := jansson libcurl libmicrohttpd sqlite3 zlib
+PKGS := jansson libcurl libmicrohttpd sqlite3 zlib libpcre2-8 libxml-2.0
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS))
 PKG_LIBS := $(shell pkg-config --libs $(PKGS))
 CMOCKA_LIBS := $(shell pkg-config --libs cmocka 2>/dev/null || echo -lcmocka)
@@ -22,7 +22,7 @@ ifeq ($(CI),true)
 WARN += -Werror
 endif
 
-CFLAGS_BASE := -std=c11 -D_GNU_SOURCE -pthread $(WARN) -Iinclude -Isrc $(PKG_CFLAGS) -MMD -MP
+CFLAGS_BASE := -std=c11 -D_GNU_SOURCE -pthread -fopenmp $(WARN) -Iinclude -Isrc $(PKG_CFLAGS) -MMD -MP
 ifeq ($(MODE),debug)
 CFLAGS_MODE := -O0 -g3
 else ifeq ($(MODE),asan)
@@ -32,7 +32,7 @@ else
 CFLAGS_MODE := -O2 -g
 endif
 CFLAGS_ALL := $(CFLAGS_BASE) $(CFLAGS_MODE) $(CFLAGS)
-LDLIBS_ALL := $(PKG_LIBS) -lm -pthread $(LDLIBS)
+LDLIBS_ALL := $(PKG_LIBS) -lm -pthread -fopenmp $(LDLIBS)
 
 B := build/$(MODE)
 LIB_SRC := $(filter-out src/cli/%,$(wildcard src/*/*.c))
@@ -118,8 +118,8 @@ FUZZ_BIN := $(FUZZ_SRC:tests/fuzz/%.c=build/fuzz/%)
 fuzz: $(FUZZ_BIN)
 build/fuzz/%: tests/fuzz/%.c $(LIB_SRC) $(GEN_PROMPTS)
 	@mkdir -p $(dir $@)
-	clang -std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined -Iinclude -Isrc $(PKG_CFLAGS) \
-	    -o $@ $< $(LIB_SRC) $(GEN_PROMPTS) $(PKG_LIBS) -lm -pthread
+	clang -std=c11 -D_GNU_SOURCE -g -O1 -fopenmp -fsanitize=fuzzer,address,undefined -Iinclude -Isrc \
+	    $(PKG_CFLAGS) -o $@ $< $(LIB_SRC) $(GEN_PROMPTS) $(PKG_LIBS) -lm -pthread
 
 clean:
 	rm -rf build

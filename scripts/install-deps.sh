@@ -4,7 +4,7 @@
 set -euo pipefail
 PKGS=(build-essential pkg-config libjansson-dev libcurl4-openssl-dev libmicrohttpd-dev
       libcmocka-dev libsqlite3-dev zlib1g-dev libpcre2-dev libopenblas-dev libxml2-dev
-      libclang-rt-14-dev clang clang-format cppcheck python3 bubblewrap
+      libclang-rt-14-dev libomp-14-dev clang clang-format cppcheck python3 bubblewrap
       python3-numpy python3-sympy)
 missing=()
 for p in "${PKGS[@]}"; do

@@ -1,0 +1,87 @@
+/*
+ * quant.h - ggml tensor types: block layouts, reference quantisers, dequantisation, and the
+ * dot-product / matmul kernels the forward pass runs on.
+ *
+ * Type ids and block layouts are ggml's, so GGUF files from llama.cpp load as they are and the
+ * files we write load in llama.cpp. Activations are rounded the way llama.cpp does before
+ * integer dot products (Q8_0 for the 32-blocks, Q8_K for the K-quants, F16 / BF16 for those
+ * types) so our logits follow its numbers, not only the exact maths.
+ *
+ * Every optimised kernel has a plain C reference twin; the ISA is chosen once at start-up from
+ * CPUID (AVX-512 VNNI, AVX2+FMA+F16C, or reference) and can be forced for tests. All functions
+ * are thread-safe; none allocates unless it says so.
+ */
+#ifndef AF_ENGINE_QUANT_H
+#define AF_ENGINE_QUANT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+enum ggml_type {
+    GGML_TYPE_F32 = 0,
+    GGML_TYPE_F16 = 1,
+    GGML_TYPE_Q4_0 = 2,
+    GGML_TYPE_Q4_1 = 3,
+    GGML_TYPE_Q5_0 = 6,
+    GGML_TYPE_Q5_1 = 7,
+    GGML_TYPE_Q8_0 = 8,
+    GGML_TYPE_Q8_1 = 9,
+    GGML_TYPE_Q2_K = 10,
+    GGML_TYPE_Q3_K = 11,
+    GGML_TYPE_Q4_K = 12,
+    GGML_TYPE_Q5_K = 13,
+    GGML_TYPE_Q6_K = 14,
+    GGML_TYPE_Q8_K = 15,
+    GGML_TYPE_BF16 = 30,
+    GGML_TYPE_COUNT = 40 /* ids below this are ggml's; not all are supported */
+};
+
+/* 1 when `t` is a type we can read, dequantise and compute with: F32, F16, BF16, Q4_0, Q4_1,
+ * Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K (and Q8_K, activations only). */
+int quant_type_supported(uint32_t t);
+/* "F32", "Q4_K", ...; "?" for unknown ids. Static. */
+const char *quant_type_name(uint32_t t);
+/* Case-insensitive name to id ("q4_k", "Q8_0", "bf16"); -1 when unknown. */
+int quant_type_from_name(const char *name);
+/* Elements per block (1 for F32/F16/BF16, 32, or 256 for the K-quants); 0 if unsupported. */
+int64_t quant_block_elems(uint32_t t);
+/* Bytes per block; 0 if unsupported. */
+size_t quant_block_bytes(uint32_t t);
+/* Bytes of a row of n elements; n must be a multiple of quant_block_elems(t). */
+size_t quant_row_bytes(uint32_t t, int64_t n);
+
+/* Half-precision conversions (round to nearest even, as ggml). */
+float quant_f16_to_f32(uint16_t h);
+uint16_t quant_f32_to_f16(float f);
+float quant_bf16_to_f32(uint16_t h);
+uint16_t quant_f32_to_bf16(float f);
+
+/* n must be a multiple of the block size. */
+void quant_dequantize_row(uint32_t t, const void *src, float *dst, int64_t n);
+/* The reference quantiser, byte-identical to ggml's quantize_row_*_ref (no importance
+ * matrix), so `agentflow model quantize` writes what llama-quantize writes. */
+void quant_quantize_row(uint32_t t, const float *src, void *dst, int64_t n);
+
+/* The type activations are converted to before a dot product with a row of type t. */
+uint32_t quant_vec_dot_type(uint32_t t);
+/* Converts n activations to quant_vec_dot_type(t) (dst holds quant_row_bytes of that type). */
+void quant_prepare_act(uint32_t t, const float *src, void *dst, int64_t n);
+/* sum_i w[i] * x[i] over n elements; w a row of type t, x a row of quant_vec_dot_type(t). */
+float quant_vec_dot(uint32_t t, int64_t n, const void *w, const void *x);
+
+/* out[j * ldo + r] = dot(W row r, X row j) for r in [r0, r1) and j in [0, m).
+ * W: `rows` rows of k elements of type t, rows contiguous. X: m rows prepared by
+ * quant_prepare_act (each quant_row_bytes(quant_vec_dot_type(t), k) bytes, contiguous).
+ * The caller splits [0, rows) between threads; this call is single-threaded and tiles over
+ * both W rows and X rows so prefill reuses each loaded weight block for several tokens. */
+void quant_matmul(uint32_t t, const void *W, int64_t k, const void *X, int64_t m, float *out,
+                  int64_t ldo, int64_t r0, int64_t r1);
+
+/* Kernel selection. "ref", "avx2", "avx512" (VNNI); "auto" = the best this CPU runs.
+ * Returns 0, or -1 when the CPU cannot run that ISA (selection unchanged). Not thread-safe:
+ * call before starting threads (tests, start-up). */
+int quant_set_isa(const char *name);
+/* The ISA in use now. Static string. */
+const char *quant_isa(void);
+
+#endif
