@@ -3,8 +3,8 @@
  *
  * A back-end turns a list of chat messages plus sampling parameters into a reply. The
  * implementations are: OpenAI-compatible HTTP (af_llm_openai_new), scripted replies for tests
- * (af_llm_scripted_new) and, later, the in-process engine (gguf:PATH). Decorators (retry, cache)
- * wrap any back-end the same way through af_llm_new_custom.
+ * (af_llm_scripted_new) and the in-process engine (af_llm_gguf_new, gguf:PATH). Decorators (retry,
+ * cache) wrap any back-end the same way through af_llm_new_custom.
  *
  * Thread-safety: an af_llm handle is safe to call from any number of threads at once.
  */
@@ -120,5 +120,37 @@ struct af_llm *af_llm_openai_new(const struct af_llm_openai_params *p, char *err
 struct af_llm *af_llm_scripted_new(const char *script_json, char *err, size_t errlen);
 /* Same, reading the script from a file. */
 struct af_llm *af_llm_scripted_new_file(const char *path, char *err, size_t errlen);
+
+/* --- Response cache (SQLite) ---------------------------------------------------------- */
+/* A persistent store of replies keyed by a hash of (model, messages, sampling parameters);
+ * the model is the request's, or the back-end's description when the request names none.
+ * Stores text, model, finish reason and token usage; failed replies are never stored.
+ * Thread-safe (one connection behind a mutex; WAL mode, so processes may share the file). */
+struct af_llm_cache;
+
+/* Opens (creating) the cache file `path`. Fails with AF_EIO naming the file. Owned by the
+ * caller: af_llm_cache_close, after every handle made by af_llm_cache_wrap is freed. */
+AF_NODISCARD int af_llm_cache_open(const char *path, struct af_llm_cache **out, char *err,
+                                   size_t errlen);
+void af_llm_cache_close(struct af_llm_cache *c);
+
+#define AF_LLM_CACHE_ALL 1 /* also cache sampled calls (temperature > 0) */
+
+/* A decorator answering from `c` when it can and calling `inner` otherwise (storing what it
+ * returns). Without AF_LLM_CACHE_ALL only greedy calls (temperature 0) are cached. Borrows
+ * both c and inner, which must outlive it. A hit has n_attempts 0. Owned: af_llm_free. */
+struct af_llm *af_llm_cache_wrap(struct af_llm_cache *c, struct af_llm *inner, int flags);
+
+/* Lookups answered from the cache (hits) and passed on (misses) since it was opened. */
+void af_llm_cache_stats(struct af_llm_cache *c, uint64_t *hits, uint64_t *misses);
+
+/* --- The in-process engine (`gguf:PATH`) ------------------------------------------------ */
+struct af_engine_params;
+/* A back-end on a GGUF model run in this process (agentflow/engine.h). Handles naming the same
+ * path share one loaded engine; p (may be NULL: defaults) applies when this call loads it.
+ * Replies carry prompt_ids, response_ids and response_logprobs. On failure returns NULL with
+ * a message naming the file and the fault. Owned by the caller: af_llm_free. */
+struct af_llm *af_llm_gguf_new(const char *path, const struct af_engine_params *p, char *err,
+                               size_t errlen);
 
 #endif

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "agentflow/engine.h"
 #include "core/xalloc.h"
 
 static void set_str(char **dst, const char *v)
@@ -302,9 +303,18 @@ static struct af_llm *open_one(const struct slot_cfg *s, const char *slot, char 
     if (!strncmp(s->url, "scripted:", 9))
         return af_llm_scripted_new_file(s->url + 9, err, errlen);
     if (!strncmp(s->url, "gguf:", 5)) {
-        snprintf(err, errlen, "%s slot: the in-process gguf engine is not part of this build yet",
-                 slot);
-        return NULL;
+        struct af_engine_params ep = af_engine_default_params();
+        const char *v;
+        if ((v = getenv("AGENTFLOW_THREADS")) && *v)
+            ep.n_threads = atoi(v);
+        if ((v = getenv("AGENTFLOW_CTX")) && *v)
+            ep.n_ctx = atoll(v);
+        ep.chat_template = getenv("AGENTFLOW_CHAT_TEMPLATE");
+        char msg[1024];
+        struct af_llm *llm = af_llm_gguf_new(s->url + 5, &ep, msg, sizeof msg);
+        if (!llm)
+            snprintf(err, errlen, "%s slot: %s", slot, msg);
+        return llm;
     }
     if (strncmp(s->url, "http://", 7) && strncmp(s->url, "https://", 8)) {
         snprintf(err, errlen,

@@ -1,0 +1,121 @@
+/*
+ * engine.h - the in-process inference engine: GGUF models (qwen2, llama) loaded, tokenized,
+ * chat-formatted and run on the CPU, with a prefix cache of KV sequences.
+ *
+ * Concurrency: one af_engine serialises its calls (a mutex around each generate / logits
+ * call); any number of threads may call it. Inside a call the kernels run on n_threads OpenMP
+ * threads. Do not call it from inside an OpenMP region.
+ */
+#ifndef AGENTFLOW_ENGINE_H
+#define AGENTFLOW_ENGINE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "agentflow/err.h"
+
+struct af_engine_params {
+    int n_threads;             /* <= 0: all cores */
+    int64_t n_ctx;             /* max tokens per sequence; 0 = min(training context, 32768) */
+    size_t prefix_cache_bytes; /* KV bytes kept for reuse across calls; default 1 GiB */
+    int prefix_cache_seqs;     /* sequences kept; default 8 */
+    const char *chat_template; /* "chatml", "llama3" or NULL = from the model */
+};
+struct af_engine_params af_engine_default_params(void);
+
+struct af_engine;
+
+/* Loads a model. Strings are copied. On failure returns an AF_E* code and writes a message
+ * naming the file and the key, tensor or offset at fault into err. *out is owned by the
+ * caller: af_engine_free. */
+AF_NODISCARD int af_engine_load(const char *path, const struct af_engine_params *p,
+                                struct af_engine **out, char *err, size_t errlen);
+void af_engine_free(struct af_engine *e);
+
+/* A JSON text describing the model (architecture, shapes, types, vocabulary, template);
+ * malloc'd, caller frees. */
+char *af_engine_info_json(struct af_engine *e);
+int64_t af_engine_n_vocab(const struct af_engine *e);
+const char *af_engine_model_path(const struct af_engine *e);
+
+/* Token ids of text. *ids is malloc'd (caller frees). */
+AF_NODISCARD int af_engine_tokenize(struct af_engine *e, const char *text, int add_special,
+                                    int parse_special, int32_t **ids, size_t *n_ids, char *err,
+                                    size_t errlen);
+/* The text of ids (special tokens spelled out when `special`); malloc'd, caller frees. */
+char *af_engine_detokenize(struct af_engine *e, const int32_t *ids, size_t n, int special);
+
+struct af_engine_msg {
+    const char *role; /* borrowed */
+    const char *content;
+};
+/* The prompt text of a conversation in the model's chat template, ending with the
+ * assistant header. Fails with AF_EINVAL when the model has no recognised template and none
+ * was set. *out is malloc'd (caller frees). */
+AF_NODISCARD int af_engine_chat_prompt(struct af_engine *e, const struct af_engine_msg *msgs,
+                                       size_t n, char **out, char *err, size_t errlen);
+
+/* Logits of the last position after the prompt ids (n_vocab floats into `logits`, which the
+ * caller provides). With all_logits set, `logits` must hold n_ids * n_vocab floats and gets
+ * every position's row. */
+AF_NODISCARD int af_engine_logits(struct af_engine *e, const int32_t *ids, size_t n_ids,
+                                  int all_logits, float *logits, char *err, size_t errlen);
+
+#define AF_ENGINE_MAX_STOP 8
+
+/* Called with each new piece of text as it is decoded; return nonzero to stop. */
+typedef int (*af_engine_token_fn)(void *user, int32_t id, const char *piece, size_t len);
+
+struct af_engine_gen_params {
+    float temperature; /* 0 = greedy */
+    int top_k;
+    float top_p;
+    float min_p;
+    float frequency_penalty;
+    float presence_penalty;
+    uint64_t seed;
+    int max_tokens; /* default 256 */
+    size_t n_stop;
+    const char *stop[AF_ENGINE_MAX_STOP]; /* the text ends before the first stop string */
+    int ignore_eos;
+    af_engine_token_fn on_token; /* may be NULL */
+    void *user;
+};
+struct af_engine_gen_params af_engine_default_gen_params(void);
+
+/* Everything one generation returns; owned by the result (af_engine_result_deinit). */
+struct af_engine_result {
+    char *text;
+    int32_t *ids;    /* generated ids (a stop string's tokens included) */
+    float *logprobs; /* per generated id: see engine/sample.h */
+    size_t n_ids;
+    size_t n_prompt;
+    size_t n_cached; /* prompt tokens whose KV came from the prefix cache */
+    double prefill_ms, decode_ms;
+    const char *finish_reason; /* "stop" (EOS or stop string), "length"; static */
+};
+void af_engine_result_deinit(struct af_engine_result *r);
+
+/* Generates from prompt ids. The prompt's KV is looked up in and then added to the prefix
+ * cache. */
+AF_NODISCARD int af_engine_generate(struct af_engine *e, const int32_t *prompt, size_t n_prompt,
+                                    const struct af_engine_gen_params *p,
+                                    struct af_engine_result *out, char *err, size_t errlen);
+
+/* Writes `path` re-encoded with every 2-D weight in `type` ("Q4_K", "Q8_0", "F16", ...; a
+ * tensor whose rows do not fit the type's blocks falls back as llama-quantize does). */
+AF_NODISCARD int af_engine_quantize(const char *in_path, const char *out_path, const char *type,
+                                    char *err, size_t errlen);
+
+struct af_engine_random_params {
+    const char *arch;  /* "qwen2" or "llama" */
+    const char *shape; /* "tiny", "small", "qwen2.5-0.5b", ... (see `model make-random`) */
+    const char *type;  /* as af_engine_quantize; default F32 */
+    uint64_t seed;
+    const char *vocab_from; /* a GGUF whose tokenizer.* keys are copied; NULL = byte vocab */
+};
+/* Writes a random-weight model (atomically). The same parameters give the same file. */
+AF_NODISCARD int af_engine_make_random(const struct af_engine_random_params *p,
+                                       const char *out_path, char *err, size_t errlen);
+
+#endif

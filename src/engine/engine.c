@@ -1,0 +1,350 @@
+/*
+ * engine.c - the public engine API (agentflow/engine.h): a model, one forward context and a
+ * prefix cache behind a mutex; generation with sampling, stop strings and streaming.
+ */
+#include "agentflow/engine.h"
+
+#include <jansson.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/buf.h"
+#include "core/clock.h"
+#include "core/errf.h"
+#include "core/xalloc.h"
+#include "engine/chat.h"
+#include "engine/forward.h"
+#include "engine/model.h"
+#include "engine/prefix.h"
+#include "engine/quant.h"
+#include "engine/sample.h"
+
+struct af_engine {
+    struct model *m;
+    struct fwd_ctx *fc;
+    struct prefix_cache *pc;
+    enum chat_template tmpl;
+    char *default_system;
+    float *logits; /* n_vocab */
+    pthread_mutex_t mu;
+};
+
+struct af_engine_params af_engine_default_params(void)
+{
+    struct af_engine_params p = {0};
+    p.prefix_cache_bytes = (size_t)1 << 30;
+    p.prefix_cache_seqs = 8;
+    return p;
+}
+
+struct af_engine_gen_params af_engine_default_gen_params(void)
+{
+    struct af_engine_gen_params p = {0};
+    p.top_p = 1.0f;
+    p.max_tokens = 256;
+    return p;
+}
+
+int af_engine_load(const char *path, const struct af_engine_params *p, struct af_engine **out,
+                   char *err, size_t errlen)
+{
+    struct af_engine_params d = af_engine_default_params();
+    if (!p)
+        p = &d;
+    *out = NULL;
+    struct model *m = NULL;
+    int rc = model_load(path, &m, err, errlen);
+    if (rc)
+        return rc;
+    enum chat_template t = CHAT_TEMPLATE_NONE;
+    if (p->chat_template && p->chat_template[0]) {
+        t = chat_template_from_name(p->chat_template);
+        if (t == CHAT_TEMPLATE_NONE) {
+            af_errf(err, errlen, "unknown chat template '%s' (chatml, llama3)", p->chat_template);
+            model_free(m);
+            return AF_EINVAL;
+        }
+    } else {
+        t = chat_template_detect(m->chat_template);
+    }
+    struct af_engine *e = af_xcalloc(1, sizeof *e);
+    e->m = m;
+    e->tmpl = t;
+    if (t == CHAT_TEMPLATE_CHATML)
+        e->default_system = chat_template_default_system(m->chat_template);
+    int64_t n_ctx = p->n_ctx > 0 ? p->n_ctx : m->hp.n_ctx_train;
+    if (p->n_ctx <= 0 && n_ctx > 32768)
+        n_ctx = 32768;
+    e->fc = fwd_ctx_new(m, n_ctx, p->n_threads);
+    e->pc = prefix_cache_new(m, p->prefix_cache_seqs, p->prefix_cache_bytes);
+    e->logits = af_xmalloc((size_t)m->hp.n_vocab * sizeof(float));
+    pthread_mutex_init(&e->mu, NULL);
+    *out = e;
+    return AF_OK;
+}
+
+void af_engine_free(struct af_engine *e)
+{
+    if (!e)
+        return;
+    prefix_cache_free(e->pc);
+    fwd_ctx_free(e->fc);
+    model_free(e->m);
+    free(e->default_system);
+    free(e->logits);
+    pthread_mutex_destroy(&e->mu);
+    free(e);
+}
+
+int64_t af_engine_n_vocab(const struct af_engine *e)
+{
+    return e->m->hp.n_vocab;
+}
+
+const char *af_engine_model_path(const struct af_engine *e)
+{
+    return e->m->path;
+}
+
+static json_t *type_counts(const struct model *m)
+{
+    json_t *o = json_object();
+    for (uint64_t i = 0; i < gguf_n_tensors(m->gguf); i++) {
+        const char *name = quant_type_name(gguf_tensor_at(m->gguf, i)->type);
+        json_t *c = json_object_get(o, name);
+        json_object_set_new(o, name, json_integer(c ? json_integer_value(c) + 1 : 1));
+    }
+    return o;
+}
+
+char *af_engine_info_json(struct af_engine *e)
+{
+    const struct model *m = e->m;
+    const struct model_hparams *hp = &m->hp;
+    json_t *j = json_pack(
+        "{ss ss ss sI sI sI sI sI sI sI sI sI sf sf sf ss sb sI sI so}", "path", m->path, "name",
+        m->name, "arch", model_arch_name(hp->arch), "n_vocab", (json_int_t)hp->n_vocab,
+        "n_ctx_train", (json_int_t)hp->n_ctx_train, "n_embd", (json_int_t)hp->n_embd, "n_layer",
+        (json_int_t)hp->n_layer, "n_ff", (json_int_t)hp->n_ff, "n_head", (json_int_t)hp->n_head,
+        "n_head_kv", (json_int_t)hp->n_head_kv, "head_dim", (json_int_t)hp->head_dim, "n_rot",
+        (json_int_t)hp->n_rot, "rms_eps", (double)hp->rms_eps, "rope_base", (double)hp->rope_base,
+        "rope_freq_scale", (double)hp->rope_freq_scale, "rope_style",
+        hp->rope_style == ROPE_NEOX ? "neox" : "norm", "tied_output", hp->tied_output, "n_params",
+        (json_int_t)model_n_params(m), "weight_bytes", (json_int_t)model_weight_bytes(m),
+        "tensor_types", type_counts(m));
+    json_t *tok = json_pack("{ss ss sI si si si}", "model", tok_model_name(m->tok), "pre",
+                            tok_pre_name(m->tok), "n_tokens", (json_int_t)tok_n_vocab(m->tok),
+                            "bos", tok_bos(m->tok), "eos", tok_eos(m->tok), "eot", tok_eot(m->tok));
+    json_object_set_new(j, "tokenizer", tok);
+    json_object_set_new(j, "chat_template", json_string(chat_template_name(e->tmpl)));
+    char *s = json_dumps(j, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+    json_decref(j);
+    return s;
+}
+
+int af_engine_tokenize(struct af_engine *e, const char *text, int add_special, int parse_special,
+                       int32_t **ids, size_t *n_ids, char *err, size_t errlen)
+{
+    int rc = tok_encode(e->m->tok, text, strlen(text), add_special, parse_special, ids, n_ids);
+    if (rc)
+        af_errf(err, errlen, "tokenizing failed: %s", af_strerror(rc));
+    return rc;
+}
+
+char *af_engine_detokenize(struct af_engine *e, const int32_t *ids, size_t n, int special)
+{
+    return tok_decode(e->m->tok, ids, n, special);
+}
+
+int af_engine_chat_prompt(struct af_engine *e, const struct af_engine_msg *msgs, size_t n,
+                          char **out, char *err, size_t errlen)
+{
+    *out = NULL;
+    if (e->tmpl == CHAT_TEMPLATE_NONE) {
+        af_errf(err, errlen,
+                "%s has no chat template we recognise: pass --chat-template chatml or llama3",
+                e->m->path);
+        return AF_EINVAL;
+    }
+    struct chat_msg *cm = af_xcalloc(n ? n : 1, sizeof *cm);
+    for (size_t i = 0; i < n; i++) {
+        cm[i].role = msgs[i].role;
+        cm[i].content = msgs[i].content;
+    }
+    *out = chat_format(e->tmpl, cm, n, 1, e->default_system);
+    free(cm);
+    return AF_OK;
+}
+
+int af_engine_logits(struct af_engine *e, const int32_t *ids, size_t n_ids, int all_logits,
+                     float *logits, char *err, size_t errlen)
+{
+    if (!n_ids) {
+        af_errf(err, errlen, "no tokens to evaluate");
+        return AF_EINVAL;
+    }
+    pthread_mutex_lock(&e->mu);
+    int rc;
+    if (all_logits) {
+        struct kv_seq s;
+        kv_seq_init(&s, e->m);
+        rc = fwd_eval(e->fc, &s, ids, (int64_t)n_ids, FWD_LOGITS_ALL, logits, err, errlen);
+        kv_seq_deinit(&s);
+    } else {
+        int64_t reused = 0;
+        struct kv_seq *s = prefix_acquire(e->pc, ids, (int64_t)n_ids, &reused);
+        rc = fwd_eval(e->fc, s, ids + reused, (int64_t)n_ids - reused, FWD_LOGITS_LAST, logits, err,
+                      errlen);
+        prefix_trim(e->pc, s);
+    }
+    pthread_mutex_unlock(&e->mu);
+    return rc;
+}
+
+void af_engine_result_deinit(struct af_engine_result *r)
+{
+    if (!r)
+        return;
+    free(r->text);
+    free(r->ids);
+    free(r->logprobs);
+    memset(r, 0, sizeof *r);
+}
+
+/* Cuts the text at the first stop string that ends in the part added since `from`. */
+static int find_stop(const struct af_engine_gen_params *p, struct af_buf *text, size_t from)
+{
+    size_t best = (size_t)-1;
+    for (size_t i = 0; i < p->n_stop; i++) {
+        size_t sl = p->stop[i] ? strlen(p->stop[i]) : 0;
+        if (!sl)
+            continue;
+        size_t start = from > sl ? from - sl : 0;
+        const char *hit = strstr(af_buf_str(text) + start, p->stop[i]);
+        if (hit && (size_t)(hit - af_buf_str(text)) < best)
+            best = (size_t)(hit - af_buf_str(text));
+    }
+    if (best == (size_t)-1)
+        return 0;
+    text->len = best;
+    text->data[best] = '\0';
+    return 1;
+}
+
+struct gen_state {
+    struct af_engine *e;
+    const struct af_engine_gen_params *p;
+    struct af_engine_result *r;
+    struct af_buf text;
+    size_t cap;
+};
+
+/* Records token id; returns 1 when generation must stop. */
+static int take_token(struct gen_state *g, int32_t id, float lp)
+{
+    struct af_engine_result *r = g->r;
+    if (r->n_ids == g->cap) {
+        g->cap = g->cap ? g->cap * 2 : 64;
+        r->ids = af_xrealloc(r->ids, g->cap * sizeof *r->ids);
+        r->logprobs = af_xrealloc(r->logprobs, g->cap * sizeof *r->logprobs);
+    }
+    r->ids[r->n_ids] = id;
+    r->logprobs[r->n_ids++] = lp;
+    if (!g->p->ignore_eos && tok_is_eog(g->e->m->tok, id)) {
+        r->finish_reason = "stop";
+        return 1;
+    }
+    char piece[256];
+    int len = tok_piece(g->e->m->tok, id, 0, piece, sizeof piece);
+    if (len < 0)
+        len = 0;
+    size_t from = g->text.len;
+    (void)af_buf_append(&g->text, piece, (size_t)len);
+    if (find_stop(g->p, &g->text, from)) {
+        r->finish_reason = "stop";
+        return 1;
+    }
+    if (g->p->on_token && g->p->on_token(g->p->user, id, piece, (size_t)len)) {
+        r->finish_reason = "stop";
+        return 1;
+    }
+    if ((int)r->n_ids >= g->p->max_tokens) {
+        r->finish_reason = "length";
+        return 1;
+    }
+    return 0;
+}
+
+static struct sampler_params to_sampler(const struct af_engine_gen_params *p)
+{
+    struct sampler_params sp = sampler_default_params();
+    sp.temperature = p->temperature;
+    sp.top_k = p->top_k;
+    sp.top_p = p->top_p > 0 ? p->top_p : 1.0f;
+    sp.min_p = p->min_p;
+    sp.frequency_penalty = p->frequency_penalty;
+    sp.presence_penalty = p->presence_penalty;
+    sp.seed = p->seed;
+    return sp;
+}
+
+static int generate_locked(struct gen_state *g, const int32_t *prompt, size_t n_prompt, char *err,
+                           size_t errlen)
+{
+    struct af_engine *e = g->e;
+    int64_t reused = 0;
+    struct kv_seq *s = prefix_acquire(e->pc, prompt, (int64_t)n_prompt, &reused);
+    g->r->n_cached = (size_t)reused;
+    double t0 = af_clock_ms();
+    int rc = fwd_eval(e->fc, s, prompt + reused, (int64_t)n_prompt - reused, FWD_LOGITS_LAST,
+                      e->logits, err, errlen);
+    g->r->prefill_ms = af_clock_ms() - t0;
+    if (rc) {
+        kv_seq_truncate(s, reused);
+        return rc;
+    }
+    struct sampler_params sp = to_sampler(g->p);
+    struct sampler *smp = sampler_new(&sp, e->m->hp.n_vocab);
+    t0 = af_clock_ms();
+    g->r->finish_reason = "length";
+    while (g->p->max_tokens > 0) {
+        float lp = 0;
+        int32_t id = sampler_sample(smp, e->logits, &lp);
+        sampler_accept(smp, id);
+        if (take_token(g, id, lp))
+            break;
+        if (s->n + 1 > fwd_ctx_max_ctx(e->fc)) {
+            g->r->finish_reason = "length";
+            break;
+        }
+        rc = fwd_eval(e->fc, s, &id, 1, FWD_LOGITS_LAST, e->logits, err, errlen);
+        if (rc)
+            break;
+    }
+    g->r->decode_ms = af_clock_ms() - t0;
+    sampler_free(smp);
+    prefix_trim(e->pc, s);
+    return rc;
+}
+
+int af_engine_generate(struct af_engine *e, const int32_t *prompt, size_t n_prompt,
+                       const struct af_engine_gen_params *p, struct af_engine_result *out,
+                       char *err, size_t errlen)
+{
+    memset(out, 0, sizeof *out);
+    if (!n_prompt) {
+        af_errf(err, errlen, "the prompt has no tokens");
+        return AF_EINVAL;
+    }
+    struct gen_state g = {e, p, out, {0}, 0};
+    af_buf_init(&g.text, AF_BUF_NOLIMIT);
+    out->n_prompt = n_prompt;
+    pthread_mutex_lock(&e->mu);
+    int rc = generate_locked(&g, prompt, n_prompt, err, errlen);
+    pthread_mutex_unlock(&e->mu);
+    out->text = af_buf_detach(&g.text);
+    if (!out->text)
+        out->text = af_xstrdup("");
+    return rc;
+}

@@ -1,0 +1,382 @@
+/*
+ * forward.c - the inference forward pass (see forward.h), written to follow llama.cpp's
+ * arithmetic closely: RMSNorm sums in double, RoPE angles advanced in float as ggml does,
+ * activations rounded to each weight's vec-dot type (quant.h) before the matmul, an F32 KV
+ * cache, and softmax with the running max subtracted.
+ *
+ * Shapes (per micro-batch of nb tokens): x, xn [nb][n_embd]; q [nb][n_head*hd];
+ * k, v [nb][n_head_kv*hd]; att [nb][n_head*hd]; gate, up [nb][n_ff]; logits [rows][n_vocab].
+ */
+#include "engine/forward.h"
+
+#include <math.h>
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/errf.h"
+#include "core/xalloc.h"
+#include "engine/quant.h"
+
+#define UBATCH 256
+
+struct fwd_ctx {
+    const struct model *m;
+    int64_t max_ctx;
+    int n_threads;
+    float *x, *xn, *q, *k, *v, *att, *gate, *up, *rope_cos, *rope_sin;
+    float *scores; /* [n_threads][max_ctx] */
+    void *qbuf;    /* prepared activations: UBATCH rows of the widest input */
+    size_t qbuf_row;
+};
+
+/* ---- KV sequences --------------------------------------------------------------------- */
+
+void kv_seq_init(struct kv_seq *s, const struct model *m)
+{
+    memset(s, 0, sizeof *s);
+    s->n_layer = m->hp.n_layer;
+    s->kv_dim = m->hp.n_head_kv * m->hp.head_dim;
+}
+
+void kv_seq_deinit(struct kv_seq *s)
+{
+    if (!s)
+        return;
+    free(s->tokens);
+    free(s->k);
+    free(s->v);
+    memset(s, 0, sizeof *s);
+}
+
+static float *regrow(float *old, int64_t n_layer, int64_t old_cap, int64_t new_cap, int64_t dim,
+                     int64_t n_used)
+{
+    float *p = af_xmalloc((size_t)(n_layer * new_cap * dim) * sizeof(float));
+    for (int64_t l = 0; l < n_layer && old; l++)
+        memcpy(p + (size_t)(l * new_cap * dim), old + (size_t)(l * old_cap * dim),
+               (size_t)(n_used * dim) * sizeof(float));
+    free(old);
+    return p;
+}
+
+static void kv_seq_reserve(struct kv_seq *s, int64_t need)
+{
+    if (need <= s->cap)
+        return;
+    int64_t cap = s->cap ? s->cap : 64;
+    while (cap < need)
+        cap *= 2;
+    s->k = regrow(s->k, s->n_layer, s->cap, cap, s->kv_dim, s->n);
+    s->v = regrow(s->v, s->n_layer, s->cap, cap, s->kv_dim, s->n);
+    s->tokens = af_xrealloc(s->tokens, (size_t)cap * sizeof *s->tokens);
+    s->cap = cap;
+}
+
+void kv_seq_truncate(struct kv_seq *s, int64_t n)
+{
+    if (n < s->n)
+        s->n = n < 0 ? 0 : n;
+}
+
+void kv_seq_copy_prefix(struct kv_seq *dst, const struct kv_seq *src, int64_t n)
+{
+    if (n > src->n)
+        n = src->n;
+    dst->n = 0;
+    kv_seq_reserve(dst, n);
+    for (int64_t l = 0; l < src->n_layer; l++) {
+        size_t d = (size_t)(l * dst->cap * dst->kv_dim), o = (size_t)(l * src->cap * src->kv_dim);
+        memcpy(dst->k + d, src->k + o, (size_t)(n * src->kv_dim) * sizeof(float));
+        memcpy(dst->v + d, src->v + o, (size_t)(n * src->kv_dim) * sizeof(float));
+    }
+    if (n)
+        memcpy(dst->tokens, src->tokens, (size_t)n * sizeof *src->tokens);
+    dst->n = n;
+}
+
+size_t kv_seq_bytes(const struct kv_seq *s)
+{
+    return (size_t)(2 * s->n_layer * s->cap * s->kv_dim) * sizeof(float) +
+           (size_t)s->cap * sizeof *s->tokens;
+}
+
+/* ---- Context -------------------------------------------------------------------------- */
+
+static size_t widest_act_row(const struct model *m)
+{
+    const struct model_hparams *hp = &m->hp;
+    int64_t widest = hp->n_embd > hp->n_ff ? hp->n_embd : hp->n_ff;
+    if (hp->n_head * hp->head_dim > widest)
+        widest = hp->n_head * hp->head_dim;
+    /* F32 is the widest vec-dot type: 4 bytes per element bounds every prepared row. */
+    return (size_t)widest * sizeof(float) + 64;
+}
+
+struct fwd_ctx *fwd_ctx_new(const struct model *m, int64_t max_ctx, int n_threads)
+{
+    const struct model_hparams *hp = &m->hp;
+    struct fwd_ctx *c = af_xcalloc(1, sizeof *c);
+    c->m = m;
+    c->max_ctx = max_ctx > 0 ? max_ctx : hp->n_ctx_train;
+    fwd_ctx_set_threads(c, n_threads);
+    int64_t qd = hp->n_head * hp->head_dim, kvd = hp->n_head_kv * hp->head_dim;
+    size_t nb = UBATCH;
+    c->x = af_xmalloc(nb * (size_t)hp->n_embd * sizeof(float));
+    c->xn = af_xmalloc(nb * (size_t)(hp->n_embd > qd ? hp->n_embd : qd) * sizeof(float));
+    c->q = af_xmalloc(nb * (size_t)qd * sizeof(float));
+    c->k = af_xmalloc(nb * (size_t)kvd * sizeof(float));
+    c->v = af_xmalloc(nb * (size_t)kvd * sizeof(float));
+    c->att = af_xmalloc(nb * (size_t)qd * sizeof(float));
+    c->gate = af_xmalloc(nb * (size_t)hp->n_ff * sizeof(float));
+    c->up = af_xmalloc(nb * (size_t)hp->n_ff * sizeof(float));
+    c->rope_cos = af_xmalloc(nb * (size_t)hp->n_rot / 2 * sizeof(float));
+    c->rope_sin = af_xmalloc(nb * (size_t)hp->n_rot / 2 * sizeof(float));
+    c->qbuf_row = widest_act_row(m);
+    c->qbuf = af_xmalloc(nb * c->qbuf_row);
+    return c;
+}
+
+void fwd_ctx_set_threads(struct fwd_ctx *c, int n_threads)
+{
+    c->n_threads = n_threads > 0 ? n_threads : omp_get_num_procs();
+    free(c->scores);
+    c->scores = af_xmalloc((size_t)c->n_threads * (size_t)c->max_ctx * sizeof(float));
+}
+
+void fwd_ctx_free(struct fwd_ctx *c)
+{
+    if (!c)
+        return;
+    float *bufs[] = {c->x,    c->xn, c->q,      c->k,        c->v,       c->att,
+                     c->gate, c->up, c->scores, c->rope_cos, c->rope_sin};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        free(bufs[i]);
+    free(c->qbuf);
+    free(c);
+}
+
+int64_t fwd_ctx_max_ctx(const struct fwd_ctx *c)
+{
+    return c->max_ctx;
+}
+
+/* ---- Ops -------------------------------------------------------------------------------- */
+
+/* out[j][r] = W row r . x[j] for nb rows of x (n_in floats each); out rows of n_out floats. */
+static void matmul(struct fwd_ctx *c, const struct weight *w, const float *x, int64_t nb,
+                   float *out)
+{
+    const uint32_t vt = quant_vec_dot_type(w->type);
+    const size_t rb = quant_row_bytes(vt, w->n_in);
+    char *qb = c->qbuf;
+    const int nt = c->n_threads;
+#pragma omp parallel num_threads(nt)
+    {
+#pragma omp for schedule(static)
+        for (int64_t j = 0; j < nb; j++)
+            quant_prepare_act(w->type, x + j * w->n_in, qb + (size_t)j * rb, w->n_in);
+        /* Contiguous row ranges, 16-row aligned, one per thread. */
+        int t = omp_get_thread_num(), n = omp_get_num_threads();
+        int64_t per = (w->n_out + n - 1) / n;
+        per = (per + 15) / 16 * 16;
+        int64_t r0 = (int64_t)t * per, r1 = r0 + per > w->n_out ? w->n_out : r0 + per;
+        if (r0 < r1)
+            quant_matmul(w->type, w->data, w->n_in, qb, nb, out, w->n_out, r0, r1);
+    }
+}
+
+static void add_bias(const struct weight *b, float *y, int64_t nb)
+{
+    if (!b->data)
+        return;
+    const float *bias = b->data;
+    for (int64_t j = 0; j < nb; j++)
+        for (int64_t i = 0; i < b->n_in; i++)
+            y[j * b->n_in + i] += bias[i];
+}
+
+static void rms_norm(const float *x, const struct weight *w, float eps, int64_t n, int64_t nb,
+                     float *y)
+{
+    const float *g = w->data;
+    for (int64_t j = 0; j < nb; j++) {
+        const float *xr = x + j * n;
+        float *yr = y + j * n;
+        double sum = 0;
+        for (int64_t i = 0; i < n; i++)
+            sum += (double)(xr[i] * xr[i]);
+        const float scale = 1.0f / sqrtf((float)(sum / (double)n) + eps);
+        for (int64_t i = 0; i < n; i++)
+            yr[i] = (xr[i] * scale) * g[i];
+    }
+}
+
+static void rope_tables(struct fwd_ctx *c, int64_t pos0, int64_t nb)
+{
+    const struct model_hparams *hp = &c->m->hp;
+    const int64_t half = hp->n_rot / 2;
+    const float theta_scale = powf(hp->rope_base, -2.0f / (float)hp->n_rot);
+    for (int64_t j = 0; j < nb; j++) {
+        float theta = (float)(pos0 + j);
+        for (int64_t i = 0; i < half; i++) {
+            float ff = c->m->rope_freq_factors ? c->m->rope_freq_factors[i] : 1.0f;
+            float th = hp->rope_freq_scale * (theta / ff);
+            c->rope_cos[j * half + i] = cosf(th);
+            c->rope_sin[j * half + i] = sinf(th);
+            theta *= theta_scale;
+        }
+    }
+}
+
+/* Rotates the first n_rot dims of each of n_heads heads of nb rows. */
+static void rope_apply(const struct fwd_ctx *c, float *x, int64_t n_heads, int64_t nb)
+{
+    const struct model_hparams *hp = &c->m->hp;
+    const int64_t half = hp->n_rot / 2, hd = hp->head_dim;
+    const int neox = hp->rope_style == ROPE_NEOX;
+    for (int64_t j = 0; j < nb; j++)
+        for (int64_t h = 0; h < n_heads; h++) {
+            float *v = x + (j * n_heads + h) * hd;
+            const float *cs = c->rope_cos + j * half, *sn = c->rope_sin + j * half;
+            for (int64_t i = 0; i < half; i++) {
+                int64_t a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
+                float x0 = v[a], x1 = v[b];
+                v[a] = x0 * cs[i] - x1 * sn[i];
+                v[b] = x0 * sn[i] + x1 * cs[i];
+            }
+        }
+}
+
+/* Causal attention of nb new tokens (positions pos0..) over the sequence's cached keys. */
+static void attention(struct fwd_ctx *c, const struct kv_seq *s, int64_t il, int64_t pos0,
+                      int64_t nb)
+{
+    const struct model_hparams *hp = &c->m->hp;
+    const int64_t hd = hp->head_dim, nh = hp->n_head, group = hp->n_head / hp->n_head_kv;
+    const int64_t kvd = s->kv_dim;
+    const float *K = s->k + (size_t)(il * s->cap * kvd), *V = s->v + (size_t)(il * s->cap * kvd);
+    const float scale = 1.0f / sqrtf((float)hd);
+    const int nt = c->n_threads;
+#pragma omp parallel for num_threads(nt) schedule(dynamic, 1) collapse(2)
+    for (int64_t j = 0; j < nb; j++)
+        for (int64_t h = 0; h < nh; h++) {
+            float *sc = c->scores + (size_t)omp_get_thread_num() * (size_t)c->max_ctx;
+            const float *q = c->q + (j * nh + h) * hd;
+            const int64_t kvh = h / group, n_keys = pos0 + j + 1;
+            float mx = -INFINITY;
+            for (int64_t t = 0; t < n_keys; t++) {
+                const float *k = K + t * kvd + kvh * hd;
+                float d = 0;
+                for (int64_t i = 0; i < hd; i++)
+                    d += q[i] * k[i];
+                sc[t] = d * scale;
+                mx = sc[t] > mx ? sc[t] : mx;
+            }
+            double sum = 0;
+            for (int64_t t = 0; t < n_keys; t++) {
+                sc[t] = expf(sc[t] - mx);
+                sum += (double)sc[t];
+            }
+            const float inv = (float)(1.0 / sum);
+            float *o = c->att + (j * nh + h) * hd;
+            memset(o, 0, (size_t)hd * sizeof *o);
+            for (int64_t t = 0; t < n_keys; t++) {
+                const float *v = V + t * kvd + kvh * hd;
+                const float p = sc[t] * inv;
+                for (int64_t i = 0; i < hd; i++)
+                    o[i] += p * v[i];
+            }
+        }
+}
+
+static void store_kv(struct kv_seq *s, int64_t il, int64_t pos0, int64_t nb, const float *k,
+                     const float *v)
+{
+    size_t off = (size_t)((il * s->cap + pos0) * s->kv_dim);
+    memcpy(s->k + off, k, (size_t)(nb * s->kv_dim) * sizeof(float));
+    memcpy(s->v + off, v, (size_t)(nb * s->kv_dim) * sizeof(float));
+}
+
+static void layer(struct fwd_ctx *c, struct kv_seq *s, int64_t il, int64_t pos0, int64_t nb)
+{
+    const struct model_hparams *hp = &c->m->hp;
+    const struct model_layer *ly = &c->m->layers[il];
+    const int64_t d = hp->n_embd, ff = hp->n_ff;
+    rms_norm(c->x, &ly->attn_norm, hp->rms_eps, d, nb, c->xn);
+    matmul(c, &ly->wq, c->xn, nb, c->q);
+    matmul(c, &ly->wk, c->xn, nb, c->k);
+    matmul(c, &ly->wv, c->xn, nb, c->v);
+    add_bias(&ly->bq, c->q, nb);
+    add_bias(&ly->bk, c->k, nb);
+    add_bias(&ly->bv, c->v, nb);
+    rope_apply(c, c->q, hp->n_head, nb);
+    rope_apply(c, c->k, hp->n_head_kv, nb);
+    store_kv(s, il, pos0, nb, c->k, c->v);
+    attention(c, s, il, pos0, nb);
+    matmul(c, &ly->wo, c->att, nb, c->xn);
+    add_bias(&ly->bo, c->xn, nb);
+    for (int64_t i = 0; i < nb * d; i++)
+        c->x[i] += c->xn[i];
+    rms_norm(c->x, &ly->ffn_norm, hp->rms_eps, d, nb, c->xn);
+    matmul(c, &ly->w_gate, c->xn, nb, c->gate);
+    matmul(c, &ly->w_up, c->xn, nb, c->up);
+    for (int64_t i = 0; i < nb * ff; i++) {
+        float g = c->gate[i];
+        c->gate[i] = g / (1.0f + expf(-g)) * c->up[i];
+    }
+    matmul(c, &ly->w_down, c->gate, nb, c->xn);
+    for (int64_t i = 0; i < nb * d; i++)
+        c->x[i] += c->xn[i];
+}
+
+static void embed(struct fwd_ctx *c, const int32_t *tokens, int64_t nb)
+{
+    const struct weight *e = &c->m->tok_embd;
+    for (int64_t j = 0; j < nb; j++)
+        quant_dequantize_row(e->type, (const char *)e->data + (size_t)tokens[j] * e->row_bytes,
+                             c->x + j * e->n_in, e->n_in);
+}
+
+/* Final norm and output head for rows [first, nb) of the micro-batch. */
+static void head(struct fwd_ctx *c, int64_t first, int64_t nb, float *logits)
+{
+    const struct model *m = c->m;
+    const int64_t d = m->hp.n_embd;
+    rms_norm(c->x + first * d, &m->output_norm, m->hp.rms_eps, d, nb - first, c->xn);
+    matmul(c, &m->output, c->xn, nb - first, logits);
+}
+
+int fwd_eval(struct fwd_ctx *c, struct kv_seq *s, const int32_t *tokens, int64_t n,
+             enum fwd_logits want, float *logits, char *err, size_t errlen)
+{
+    const struct model_hparams *hp = &c->m->hp;
+    if (n <= 0)
+        return AF_OK;
+    if (s->n + n > c->max_ctx) {
+        af_errf(err, errlen, "the sequence would be %lld tokens, over the context size %lld",
+                (long long)(s->n + n), (long long)c->max_ctx);
+        return AF_EINVAL;
+    }
+    for (int64_t i = 0; i < n; i++)
+        if (tokens[i] < 0 || tokens[i] >= hp->n_vocab) {
+            af_errf(err, errlen, "token %lld (id %d) is outside the vocabulary of %lld",
+                    (long long)i, tokens[i], (long long)hp->n_vocab);
+            return AF_EINVAL;
+        }
+    kv_seq_reserve(s, s->n + n);
+    for (int64_t done = 0; done < n; done += UBATCH) {
+        const int64_t nb = n - done < UBATCH ? n - done : UBATCH, pos0 = s->n;
+        embed(c, tokens + done, nb);
+        rope_tables(c, pos0, nb);
+        for (int64_t il = 0; il < hp->n_layer; il++)
+            layer(c, s, il, pos0, nb);
+        memcpy(s->tokens + pos0, tokens + done, (size_t)nb * sizeof *tokens);
+        s->n += nb;
+        if (want == FWD_LOGITS_ALL)
+            head(c, 0, nb, logits + (size_t)done * (size_t)hp->n_vocab);
+        else if (want == FWD_LOGITS_LAST && done + nb == n)
+            head(c, nb - 1, nb, logits);
+    }
+    return AF_OK;
+}

@@ -1,0 +1,55 @@
+/*
+ * forward.h - the inference forward pass over a KV sequence: embedding, n_layer blocks of
+ * RMSNorm -> attention (QKV with optional bias, RoPE, causal GQA over the cached keys) ->
+ * residual -> RMSNorm -> SwiGLU -> residual, then the final norm and the output head.
+ *
+ * A kv_seq holds the keys and values of one token sequence (F32, [layer][pos][kv_dim]) and the
+ * tokens themselves, so the prefix cache can match new prompts against it. A fwd_ctx holds the
+ * scratch buffers of one caller; neither is thread-safe, and one fwd_ctx runs its matmuls and
+ * attention on n_threads OpenMP threads.
+ */
+#ifndef AF_ENGINE_FORWARD_H
+#define AF_ENGINE_FORWARD_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "agentflow/err.h"
+#include "engine/model.h"
+
+struct kv_seq {
+    int64_t n_layer, kv_dim;
+    int64_t n;   /* tokens cached */
+    int64_t cap; /* positions allocated */
+    int32_t *tokens;
+    float *k, *v; /* each [n_layer][cap][kv_dim] */
+};
+
+void kv_seq_init(struct kv_seq *s, const struct model *m);
+void kv_seq_deinit(struct kv_seq *s);
+/* Keeps the first n tokens (n <= s->n). */
+void kv_seq_truncate(struct kv_seq *s, int64_t n);
+/* Makes dst a copy of the first n positions of src (dst initialised for the same model). */
+void kv_seq_copy_prefix(struct kv_seq *dst, const struct kv_seq *src, int64_t n);
+/* Bytes held by the sequence. */
+size_t kv_seq_bytes(const struct kv_seq *s);
+
+struct fwd_ctx;
+
+/* max_ctx bounds positions (0 = the model's training context); n_threads <= 0 = all cores.
+ * Owned by the caller (fwd_ctx_free). */
+struct fwd_ctx *fwd_ctx_new(const struct model *m, int64_t max_ctx, int n_threads);
+void fwd_ctx_free(struct fwd_ctx *c);
+int64_t fwd_ctx_max_ctx(const struct fwd_ctx *c);
+void fwd_ctx_set_threads(struct fwd_ctx *c, int n_threads);
+
+enum fwd_logits { FWD_LOGITS_NONE, FWD_LOGITS_LAST, FWD_LOGITS_ALL };
+
+/* Appends n tokens to s and computes their keys and values (in batches). Logits of the last
+ * token (FWD_LOGITS_LAST) or of each new token (FWD_LOGITS_ALL, n rows) go to `logits`
+ * (n_vocab floats per row; caller-provided). Fails with AF_EINVAL (message in err) on a token
+ * id outside the vocabulary or when the sequence would exceed max_ctx; s is unchanged then. */
+AF_NODISCARD int fwd_eval(struct fwd_ctx *c, struct kv_seq *s, const int32_t *tokens, int64_t n,
+                          enum fwd_logits want, float *logits, char *err, size_t errlen);
+
+#endif

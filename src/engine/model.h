@@ -1,0 +1,68 @@
+/*
+ * model.h - a loaded decoder-only transformer (qwen2, llama): hyperparameters, weights as
+ * typed views into the mapped file, the tokenizer, and the chat template.
+ *
+ * Weights keep their file type (F32 ... Q6_K) and layout: a 2-D weight of ne = [n_in, n_out]
+ * is n_out rows of n_in elements, each row quant_row_bytes(type, n_in) bytes. A model is
+ * read-only after loading and may be shared by any number of contexts and threads.
+ */
+#ifndef AF_ENGINE_MODEL_H
+#define AF_ENGINE_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "agentflow/err.h"
+#include "engine/gguf.h"
+#include "engine/tokenizer.h"
+
+enum model_arch { MODEL_ARCH_QWEN2, MODEL_ARCH_LLAMA };
+enum rope_style { ROPE_NORM, ROPE_NEOX }; /* adjacent pairs / halves */
+
+struct weight {
+    const void *data; /* NULL when absent (optional biases) */
+    uint32_t type;
+    int64_t n_in, n_out; /* ne[0], ne[1] (n_out = 1 for vectors) */
+    size_t row_bytes;
+};
+
+struct model_hparams {
+    enum model_arch arch;
+    int64_t n_vocab, n_ctx_train, n_embd, n_layer, n_ff, n_head, n_head_kv, head_dim;
+    int64_t n_rot; /* rotated dims per head */
+    float rms_eps, rope_base, rope_freq_scale;
+    enum rope_style rope_style;
+    int tied_output; /* output head reuses token_embd */
+};
+
+struct model_layer {
+    struct weight attn_norm, wq, wk, wv, wo, bq, bk, bv, bo;
+    struct weight ffn_norm, w_gate, w_up, w_down;
+};
+
+struct model {
+    struct model_hparams hp;
+    struct weight tok_embd, output_norm, output;
+    struct model_layer *layers;     /* hp.n_layer */
+    const float *rope_freq_factors; /* n_rot / 2 divisors of the angles (Llama 3.1), or NULL */
+    struct tokenizer *tok;
+    char *chat_template; /* tokenizer.chat_template or NULL */
+    char *name;          /* general.name or the file name */
+    char *path;
+    struct gguf_file *gguf;
+    void *owned; /* tensor memory we allocated (HF checkpoints); NULL for GGUF */
+};
+
+/* Loads a GGUF model of a supported architecture. Every tensor's type and shape is checked
+ * against the hyperparameters, and norms are checked for NaN / Inf; errors name the tensor or
+ * key. *out is owned by the caller (model_free). */
+AF_NODISCARD int model_load(const char *path, struct model **out, char *err, size_t errlen);
+void model_free(struct model *m);
+
+const char *model_arch_name(enum model_arch a);
+/* Bytes of all weights. */
+uint64_t model_weight_bytes(const struct model *m);
+/* The number of parameters. */
+uint64_t model_n_params(const struct model *m);
+
+#endif

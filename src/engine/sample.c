@@ -1,0 +1,220 @@
+/*
+ * sample.c - token sampling (see sample.h). Top-p and top-k avoid sorting the whole
+ * vocabulary: the best candidates are selected first (quickselect) and only they are sorted;
+ * the full sort is the fallback when they do not reach the top-p mass.
+ */
+#include "engine/sample.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/xalloc.h"
+
+#define SELECT_FIRST 1024
+
+struct cand {
+    int32_t id;
+    float p;
+};
+
+struct sampler {
+    struct sampler_params p;
+    int64_t n_vocab;
+    int32_t *counts; /* occurrences of each token so far */
+    struct cand *cands;
+    struct rng rng;
+};
+
+struct sampler_params sampler_default_params(void)
+{
+    struct sampler_params p = {0};
+    p.top_p = 1.0f;
+    return p;
+}
+
+static uint64_t splitmix64(uint64_t *x)
+{
+    uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+void rng_seed(struct rng *r, uint64_t seed)
+{
+    for (int i = 0; i < 4; i++)
+        r->s[i] = splitmix64(&seed);
+}
+
+static uint64_t rotl(uint64_t x, int k)
+{
+    return (x << k) | (x >> (64 - k));
+}
+
+uint64_t rng_next(struct rng *r)
+{
+    uint64_t *s = r->s;
+    const uint64_t result = rotl(s[1] * 5, 7) * 9, t = s[1] << 17;
+    s[2] ^= s[0];
+    s[3] ^= s[1];
+    s[1] ^= s[2];
+    s[0] ^= s[3];
+    s[2] ^= t;
+    s[3] = rotl(s[3], 45);
+    return result;
+}
+
+double rng_uniform(struct rng *r)
+{
+    return (double)(rng_next(r) >> 11) * 0x1.0p-53;
+}
+
+struct sampler *sampler_new(const struct sampler_params *p, int64_t n_vocab)
+{
+    struct sampler *s = af_xcalloc(1, sizeof *s);
+    s->p = *p;
+    s->n_vocab = n_vocab;
+    s->counts = af_xcalloc((size_t)n_vocab, sizeof *s->counts);
+    s->cands = af_xmalloc((size_t)n_vocab * sizeof *s->cands);
+    rng_seed(&s->rng, p->seed);
+    return s;
+}
+
+void sampler_free(struct sampler *s)
+{
+    if (!s)
+        return;
+    free(s->counts);
+    free(s->cands);
+    free(s);
+}
+
+void sampler_accept(struct sampler *s, int32_t id)
+{
+    if (id >= 0 && id < s->n_vocab)
+        s->counts[id]++;
+}
+
+static int cand_desc(const void *a, const void *b)
+{
+    const struct cand *x = a, *y = b;
+    if (x->p != y->p)
+        return x->p > y->p ? -1 : 1;
+    return x->id < y->id ? -1 : x->id > y->id;
+}
+
+/* Moves the k most probable candidates to the front (unordered), expected O(n). */
+static void select_top(struct cand *c, int64_t n, int64_t k)
+{
+    int64_t lo = 0, hi = n - 1;
+    while (lo < hi) {
+        float pivot = c[lo + (hi - lo) / 2].p;
+        int64_t i = lo, j = hi;
+        while (i <= j) {
+            while (c[i].p > pivot)
+                i++;
+            while (c[j].p < pivot)
+                j--;
+            if (i <= j) {
+                struct cand t = c[i];
+                c[i++] = c[j];
+                c[j--] = t;
+            }
+        }
+        if (k - 1 <= j)
+            hi = j;
+        else if (k - 1 >= i)
+            lo = i;
+        else
+            break;
+    }
+}
+
+/* Sorts the best candidates so that a prefix holds the top-k / top-p set; returns its size. */
+static int64_t truncate_set(struct sampler *s, int64_t n)
+{
+    const struct sampler_params *p = &s->p;
+    struct cand *c = s->cands;
+    int64_t keep = n;
+    if (p->top_k > 0 && p->top_k < keep)
+        keep = p->top_k;
+    int64_t first = keep < SELECT_FIRST ? keep : SELECT_FIRST;
+    if (p->top_p >= 1.0f && keep == n)
+        return n;
+    select_top(c, n, first);
+    qsort(c, (size_t)first, sizeof *c, cand_desc);
+    if (p->top_p < 1.0f) {
+        double cum = 0;
+        for (int64_t i = 0; i < first; i++) {
+            cum += (double)c[i].p;
+            if (cum >= (double)p->top_p)
+                return i + 1 < keep ? i + 1 : keep;
+        }
+        if (first < keep) { /* the selected head was not enough: sort everything */
+            qsort(c, (size_t)n, sizeof *c, cand_desc);
+            cum = 0;
+            for (int64_t i = 0; i < keep; i++) {
+                cum += (double)c[i].p;
+                if (cum >= (double)p->top_p)
+                    return i + 1;
+            }
+        }
+    }
+    if (keep > first)
+        qsort(c, (size_t)n, sizeof *c, cand_desc);
+    return keep;
+}
+
+int32_t sampler_sample(struct sampler *s, float *logits, float *logprob)
+{
+    const struct sampler_params *p = &s->p;
+    const int64_t n = s->n_vocab;
+    if (p->frequency_penalty != 0 || p->presence_penalty != 0)
+        for (int64_t i = 0; i < n; i++)
+            if (s->counts[i])
+                logits[i] -= (float)s->counts[i] * p->frequency_penalty + p->presence_penalty;
+    const float t = p->temperature > 0 ? p->temperature : 1.0f;
+    int64_t best = 0;
+    for (int64_t i = 1; i < n; i++)
+        if (logits[i] > logits[best])
+            best = i;
+    double sum = 0;
+    for (int64_t i = 0; i < n; i++) {
+        float e = expf((logits[i] - logits[best]) / t);
+        s->cands[i].id = (int32_t)i;
+        s->cands[i].p = e;
+        sum += (double)e;
+    }
+    int32_t pick = (int32_t)best;
+    if (p->temperature > 0) {
+        int64_t m = truncate_set(s, n);
+        struct cand *c = s->cands;
+        if (p->min_p > 0) {
+            float floor_p = p->min_p * c[0].p; /* c[0] is the best after truncate_set sorts */
+            if (m == n) {
+                qsort(c, (size_t)n, sizeof *c, cand_desc);
+                floor_p = p->min_p * c[0].p;
+            }
+            int64_t k = 1;
+            while (k < m && c[k].p >= floor_p)
+                k++;
+            m = k;
+        }
+        double mass = 0;
+        for (int64_t i = 0; i < m; i++)
+            mass += (double)c[i].p;
+        double u = rng_uniform(&s->rng) * mass, acc = 0;
+        pick = c[m - 1].id;
+        for (int64_t i = 0; i < m; i++) {
+            acc += (double)c[i].p;
+            if (u < acc) {
+                pick = c[i].id;
+                break;
+            }
+        }
+    }
+    if (logprob)
+        *logprob = (float)((double)((logits[pick] - logits[best]) / t) - log(sum));
+    return pick;
+}

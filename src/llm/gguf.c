@@ -1,0 +1,170 @@
+/*
+ * gguf.c - the in-process engine as a chat back-end (`gguf:PATH`). Handles that name the same
+ * file share one loaded engine (a process-wide list with reference counts), so every slot of a
+ * flow can point at one model without loading it twice. The engine serialises calls.
+ *
+ * Each reply carries the prompt ids, the response ids and their log-probabilities, which the
+ * trainer needs exactly as sampled.
+ */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "agentflow/engine.h"
+#include "agentflow/llm.h"
+#include "core/errf.h"
+#include "core/xalloc.h"
+
+struct shared_engine {
+    char *path;
+    struct af_engine *e;
+    int refs;
+    struct shared_engine *next;
+};
+
+static pthread_mutex_t shared_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct shared_engine *shared_list;
+
+struct gguf_llm {
+    struct shared_engine *se;
+    char *describe;
+};
+
+static struct shared_engine *shared_get(const char *path, const struct af_engine_params *p,
+                                        char *err, size_t errlen)
+{
+    pthread_mutex_lock(&shared_mu);
+    struct shared_engine *s = shared_list;
+    while (s && strcmp(s->path, path))
+        s = s->next;
+    if (s) {
+        s->refs++;
+    } else {
+        struct af_engine *e = NULL;
+        if (af_engine_load(path, p, &e, err, errlen) == AF_OK) {
+            s = af_xcalloc(1, sizeof *s);
+            s->path = af_xstrdup(path);
+            s->e = e;
+            s->refs = 1;
+            s->next = shared_list;
+            shared_list = s;
+        }
+    }
+    pthread_mutex_unlock(&shared_mu);
+    return s;
+}
+
+static void shared_put(struct shared_engine *s)
+{
+    pthread_mutex_lock(&shared_mu);
+    if (--s->refs == 0) {
+        struct shared_engine **pp = &shared_list;
+        while (*pp != s)
+            pp = &(*pp)->next;
+        *pp = s->next;
+        af_engine_free(s->e);
+        free(s->path);
+        free(s);
+    }
+    pthread_mutex_unlock(&shared_mu);
+}
+
+static void gguf_llm_free(void *self)
+{
+    struct gguf_llm *g = self;
+    shared_put(g->se);
+    free(g->describe);
+    free(g);
+}
+
+static const char *gguf_llm_describe(void *self)
+{
+    return ((struct gguf_llm *)self)->describe;
+}
+
+static struct af_engine_gen_params gen_params(const struct af_sampling *s)
+{
+    struct af_engine_gen_params p = af_engine_default_gen_params();
+    p.temperature = (float)s->temperature;
+    p.top_p = s->top_p > 0 ? (float)s->top_p : 1.0f;
+    p.max_tokens = s->max_tokens > 0 ? s->max_tokens : 2048;
+    p.frequency_penalty = (float)s->frequency_penalty;
+    p.seed = s->has_seed ? (uint64_t)s->seed : 0;
+    p.n_stop = s->n_stop < AF_ENGINE_MAX_STOP ? s->n_stop : AF_ENGINE_MAX_STOP;
+    for (size_t i = 0; i < p.n_stop; i++)
+        p.stop[i] = s->stop[i];
+    return p;
+}
+
+static int fail(struct af_llm_reply *reply, int rc, const char *path, const char *msg)
+{
+    char buf[1200];
+    snprintf(buf, sizeof buf, "gguf:%s: %s", path, msg);
+    reply->err = rc;
+    reply->errmsg = af_xstrdup(buf);
+    return rc;
+}
+
+static int gguf_llm_chat(void *self, const struct af_llm_request *req, struct af_llm_reply *reply)
+{
+    struct gguf_llm *g = self;
+    struct af_engine *e = g->se->e;
+    char err[1024] = "";
+    struct af_engine_msg *msgs = af_xcalloc(req->n_msgs ? req->n_msgs : 1, sizeof *msgs);
+    for (size_t i = 0; i < req->n_msgs; i++) {
+        msgs[i].role = req->msgs[i].role;
+        msgs[i].content = req->msgs[i].content;
+    }
+    char *prompt = NULL;
+    int rc = af_engine_chat_prompt(e, msgs, req->n_msgs, &prompt, err, sizeof err);
+    free(msgs);
+    if (rc)
+        return fail(reply, rc, g->se->path, err);
+    int32_t *ids = NULL;
+    size_t n_ids = 0;
+    rc = af_engine_tokenize(e, prompt, 0, 1, &ids, &n_ids, err, sizeof err);
+    free(prompt);
+    if (rc)
+        return fail(reply, rc, g->se->path, err);
+    struct af_engine_gen_params p = gen_params(&req->sampling);
+    struct af_engine_result res;
+    rc = af_engine_generate(e, ids, n_ids, &p, &res, err, sizeof err);
+    if (rc) {
+        free(ids);
+        af_engine_result_deinit(&res);
+        return fail(reply, AF_EBACKEND, g->se->path, err);
+    }
+    reply->text = res.text;
+    res.text = NULL;
+    reply->model = af_xstrdup(g->se->path);
+    reply->finish_reason = af_xstrdup(res.finish_reason ? res.finish_reason : "stop");
+    reply->prompt_tokens = (int64_t)n_ids;
+    reply->completion_tokens = (int64_t)res.n_ids;
+    reply->n_attempts = 1;
+    reply->prompt_ids = ids;
+    reply->n_prompt_ids = n_ids;
+    reply->response_ids = res.ids;
+    reply->response_logprobs = res.logprobs;
+    reply->n_response_ids = res.n_ids;
+    res.ids = NULL;
+    res.logprobs = NULL;
+    af_engine_result_deinit(&res);
+    return AF_OK;
+}
+
+static const struct af_llm_ops gguf_ops = {"gguf", gguf_llm_chat, gguf_llm_free, gguf_llm_describe};
+
+struct af_llm *af_llm_gguf_new(const char *path, const struct af_engine_params *p, char *err,
+                               size_t errlen)
+{
+    struct shared_engine *se = shared_get(path, p, err, errlen);
+    if (!se)
+        return NULL;
+    struct gguf_llm *g = af_xcalloc(1, sizeof *g);
+    g->se = se;
+    size_t n = strlen(path) + 6;
+    g->describe = af_xmalloc(n);
+    snprintf(g->describe, n, "gguf:%s", path);
+    return af_llm_new_custom(&gguf_ops, g);
+}
