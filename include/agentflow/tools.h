@@ -138,7 +138,18 @@ struct af_tool *af_tool_python_coder_new(const json_t *opts);
  * "wiki_db" or AGENTFLOW_WIKI_DB (read now). Without either, or with a missing or bad database,
  * the tool still exists and each call returns AF_ETOOL with an error result that names the file
  * or says how to configure one. The index is opened on the first call and kept; calls are
- * serialised on it, so the tool is safe from any thread. */
+ * serialised on it, so the tool is safe from any thread. With opts "wiki_url" or
+ * AGENTFLOW_WIKI_URL (an http/https Search-R1 / FlashRAG retriever URL, e.g.
+ * http://127.0.0.1:8000/retrieve) it queries that server instead; wiki_url wins over wiki_db. */
 struct af_tool *af_tool_wikipedia_new(const json_t *opts);
+
+/* Web_Search_Tool: a SearXNG JSON search at opts "search_url" or AGENTFLOW_SEARCH_URL (read
+ * now); without one, or when the provider fails, each call returns AF_ETOOL with an error
+ * result. Safe from any thread. */
+struct af_tool *af_tool_web_search_new(const json_t *opts);
+/* Web_RAG_Search_Tool: fetches one http(s) page, ranks its chunks against the query (BM25, or
+ * embeddings from opts "embed_url" / AGENTFLOW_EMBED_URL) and has the tool's LLM answer from
+ * the best ones. Safe from any thread. */
+struct af_tool *af_tool_web_rag_new(const json_t *opts);
 
 #endif

@@ -81,6 +81,8 @@ static const struct {
 } builtins[] = {
     {"Generalist_Solution_Generator_Tool", af_tool_base_generator_new},
     {"Python_Code_Generator_Tool", af_tool_python_coder_new},
+    {"Web_RAG_Search_Tool", af_tool_web_rag_new},
+    {"Web_Search_Tool", af_tool_web_search_new},
     {"Wikipedia_RAG_Search_Tool", af_tool_wikipedia_new},
 };
 
