@@ -1,26 +1,243 @@
 /*
- * batch.c - run context setup and the resumable, concurrent batch runner.
+ * batch.c - the options shared by `run` and `eval run`, run context setup (with the optional
+ * response cache) and the resumable, concurrent batch runner.
  *
  * Resume rule: an id is done when OUT holds a complete line for it. A kill can leave at most
  * a partial last line (each line is one write); it is cut off before appending again.
  */
 #include "cli/batch.h"
 
-#include <errno.h>
-#include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include "cli/cli.h"
 #include "core/fileio.h"
 #include "core/jsonx.h"
 #include "core/xalloc.h"
+#include "eval/resume.h"
 
 #define BATCH_MAX_BYTES (1ull << 32)
+#define CONFIG_MAX_BYTES (4u << 20)
+
+enum {
+    OPT_URL = RUN_OPT_BASE,
+    OPT_MODEL,
+    OPT_SLOT_URL, /* + slot */
+    OPT_SLOT_MODEL = OPT_SLOT_URL + AF_N_SLOTS,
+    OPT_MAX_STEPS = OPT_SLOT_MODEL + AF_N_SLOTS,
+    OPT_MAX_TIME,
+    OPT_TOOLS,
+    OPT_CONFIG,
+    OPT_PROMPTS,
+    OPT_DETAILED,
+    OPT_TOOL_OPT,
+    OPT_WIKI_DB,
+    OPT_CACHE,
+    OPT_NO_CACHE,
+    OPT_CACHE_ALL,
+    OPT_LAST_SHARED
+};
+
+static const struct option common_opts[] = {
+    {"url", required_argument, 0, OPT_URL},
+    {"model", required_argument, 0, OPT_MODEL},
+    {"planner-url", required_argument, 0, OPT_SLOT_URL + AF_SLOT_PLANNER},
+    {"fixed-url", required_argument, 0, OPT_SLOT_URL + AF_SLOT_FIXED},
+    {"executor-url", required_argument, 0, OPT_SLOT_URL + AF_SLOT_EXECUTOR},
+    {"tool-url", required_argument, 0, OPT_SLOT_URL + AF_SLOT_TOOL},
+    {"planner-model", required_argument, 0, OPT_SLOT_MODEL + AF_SLOT_PLANNER},
+    {"fixed-model", required_argument, 0, OPT_SLOT_MODEL + AF_SLOT_FIXED},
+    {"executor-model", required_argument, 0, OPT_SLOT_MODEL + AF_SLOT_EXECUTOR},
+    {"tool-model", required_argument, 0, OPT_SLOT_MODEL + AF_SLOT_TOOL},
+    {"max-steps", required_argument, 0, OPT_MAX_STEPS},
+    {"max-time", required_argument, 0, OPT_MAX_TIME},
+    {"tools", required_argument, 0, OPT_TOOLS},
+    {"config", required_argument, 0, OPT_CONFIG},
+    {"prompts", required_argument, 0, OPT_PROMPTS},
+    {"detailed", no_argument, 0, OPT_DETAILED},
+    {"tool-opt", required_argument, 0, OPT_TOOL_OPT},
+    {"wiki-db", required_argument, 0, OPT_WIKI_DB},
+    {"cache", required_argument, 0, OPT_CACHE},
+    {"no-cache", no_argument, 0, OPT_NO_CACHE},
+    {"cache-all", no_argument, 0, OPT_CACHE_ALL},
+};
+
+_Static_assert((int)OPT_LAST_SHARED <= (int)RUN_OPT_END, "shared option codes overflow");
+
+void run_args_init(struct run_args *a)
+{
+    memset(a, 0, sizeof *a);
+    a->flags = json_object();
+}
+
+void run_args_deinit(struct run_args *a)
+{
+    json_decref(a->flags);
+    memset(a, 0, sizeof *a);
+}
+
+struct option *run_opts_merge(const struct option *extra)
+{
+    size_t nc = sizeof common_opts / sizeof common_opts[0], ne = 0;
+    while (extra && extra[ne].name)
+        ne++;
+    struct option *o = af_xcalloc(nc + ne + 1, sizeof *o);
+    memcpy(o, common_opts, sizeof common_opts);
+    if (ne)
+        memcpy(o + nc, extra, ne * sizeof *o);
+    return o;
+}
+
+int run_parse_number(const char *cmd, const char *opt, const char *s, double lo, double hi,
+                     double *out)
+{
+    char *end;
+    double d = strtod(s, &end);
+    if (!*s || *end || d < lo || d > hi) {
+        fprintf(stderr, "%s: --%s '%s' must be a number from %g to %g\n", cmd, opt, s, lo, hi);
+        return -1;
+    }
+    *out = d;
+    return 0;
+}
+
+static int handle_string_opt(struct run_args *a, int o, const char *arg)
+{
+    const char *key = o == OPT_URL       ? "url"
+                      : o == OPT_MODEL   ? "model"
+                      : o == OPT_TOOLS   ? "tools"
+                      : o == OPT_PROMPTS ? "prompts"
+                                         : NULL;
+    if (!key)
+        return 0;
+    json_object_set_new(a->flags, key, json_string(arg));
+    return 1;
+}
+
+int run_args_handle(struct run_args *a, const char *cmd, int o, const char *arg)
+{
+    double d;
+    if (o >= OPT_SLOT_URL && o < OPT_SLOT_URL + AF_N_SLOTS) {
+        a->slot_url[o - OPT_SLOT_URL] = arg;
+        return 1;
+    }
+    if (o >= OPT_SLOT_MODEL && o < OPT_SLOT_MODEL + AF_N_SLOTS) {
+        a->slot_model[o - OPT_SLOT_MODEL] = arg;
+        return 1;
+    }
+    if (handle_string_opt(a, o, arg))
+        return 1;
+    switch (o) {
+    case OPT_MAX_STEPS:
+        if (run_parse_number(cmd, "max-steps", arg, 1, 1000, &d))
+            return -1;
+        json_object_set_new(a->flags, "max_steps", json_integer((json_int_t)d));
+        return 1;
+    case OPT_MAX_TIME:
+        if (run_parse_number(cmd, "max-time", arg, 0.001, 1e9, &d))
+            return -1;
+        json_object_set_new(a->flags, "max_time", json_real(d));
+        return 1;
+    case OPT_DETAILED:
+        json_object_set_new(a->flags, "detailed", json_true());
+        return 1;
+    case OPT_CONFIG:
+        a->config_file = arg;
+        return 1;
+    case OPT_CACHE:
+        a->cache_path = arg;
+        return 1;
+    case OPT_NO_CACHE:
+        a->no_cache = 1;
+        return 1;
+    case OPT_CACHE_ALL:
+        a->cache_all = 1;
+        return 1;
+    case OPT_TOOL_OPT:
+    case OPT_WIKI_DB: {
+        char kv[4096], err[512];
+        snprintf(kv, sizeof kv, "%s%s", o == OPT_WIKI_DB ? "wiki_db=" : "", arg);
+        if (config_tool_opt_flag(a->flags, kv, err, sizeof err)) {
+            fprintf(stderr, "%s: %s\n", cmd, err);
+            return -1;
+        }
+        return 1;
+    }
+    default:
+        return 0;
+    }
+}
+
+void run_common_usage(FILE *f)
+{
+    fprintf(f, "engines (URL: http(s)://HOST/v1, scripted:FILE.json):\n"
+               "  --url URL, --model NAME          set every slot\n"
+               "  --planner-url URL, --planner-model NAME\n"
+               "  --fixed-url URL, --fixed-model NAME        query analysis, verifier, generator\n"
+               "  --executor-url URL, --executor-model NAME\n"
+               "  --tool-url URL, --tool-model NAME          LLM calls made by tools\n"
+               "\n"
+               "flow:\n"
+               "  --max-steps N      turns (default 10)\n"
+               "  --max-time S       seconds, checked before each turn (default 300)\n"
+               "  --tools LIST       comma-separated tool names (default: all built-ins)\n"
+               "  --prompts DIR      override prompt templates with DIR/NAME.txt\n"
+               "  --tool-opt K=V     a tool option (repeatable; see docs/CONFIG.md)\n"
+               "  --wiki-db DB       Wikipedia index (= --tool-opt wiki_db=DB)\n"
+               "  --detailed         also write a detailed final answer\n"
+               "  --config FILE      JSON configuration (same keys; see docs/CONFIG.md)\n"
+               "\n"
+               "response cache (SQLite; greedy calls, temperature 0, only):\n"
+               "  --cache FILE       answer repeated LLM requests from FILE\n"
+               "  --no-cache         no cache\n"
+               "  --cache-all        cache sampled calls (temperature > 0) too\n");
+}
+
+static int load_config_file(const char *path, const char *cmd, struct run_config *cfg)
+{
+    char err[1024], *text = NULL;
+    if (af_file_read(path, CONFIG_MAX_BYTES, &text, NULL, err, sizeof err)) {
+        fprintf(stderr, "%s: %s\n", cmd, err);
+        return CLI_EINPUT;
+    }
+    json_error_t je;
+    json_t *j = json_loads(text, 0, &je);
+    free(text);
+    if (!j) {
+        fprintf(stderr, "%s: %s: line %d column %d: %s\n", cmd, path, je.line, je.column,
+                je.text);
+        return CLI_EINPUT;
+    }
+    int rc = config_apply_json(cfg, j, path, err, sizeof err);
+    json_decref(j);
+    if (rc) {
+        fprintf(stderr, "%s: %s\n", cmd, err);
+        return CLI_EINPUT;
+    }
+    return CLI_OK;
+}
+
+int run_build_config(const struct run_args *a, const char *cmd, struct run_config *cfg)
+{
+    char err[1024];
+    int code;
+    if (a->config_file && (code = load_config_file(a->config_file, cmd, cfg)) != CLI_OK)
+        return code;
+    if (config_apply_env(cfg, err, sizeof err) ||
+        config_apply_json(cfg, a->flags, "flags", err, sizeof err)) {
+        fprintf(stderr, "%s: %s\n", cmd, err);
+        return CLI_EUSAGE;
+    }
+    for (int i = 0; i < AF_N_SLOTS; i++) {
+        if (a->slot_url[i])
+            config_set_url(cfg, i, a->slot_url[i]);
+        if (a->slot_model[i])
+            config_set_model(cfg, i, a->slot_model[i]);
+    }
+    return CLI_OK;
+}
 
 int run_ctx_open(struct run_ctx *rc, const struct run_config *cfg)
 {
@@ -50,8 +267,32 @@ int run_ctx_open(struct run_ctx *rc, const struct run_config *cfg)
     return CLI_OK;
 }
 
+int run_ctx_enable_cache(struct run_ctx *rc, const char *path, int flags, char *err,
+                         size_t errlen)
+{
+    if (af_llm_cache_open(path, &rc->cache, err, errlen) != AF_OK)
+        return AF_EIO;
+    for (int i = 0; i < AF_N_SLOTS; i++) {
+        struct af_llm *inner = rc->params.slots[i].llm, *wrap = NULL;
+        if (!inner)
+            continue;
+        for (int k = 0; k < i && !wrap; k++)
+            if (rc->be.llm[k] == inner)
+                wrap = rc->params.slots[k].llm;
+        if (!wrap) {
+            wrap = af_llm_cache_wrap(rc->cache, inner, flags);
+            rc->cached[rc->n_cached++] = wrap;
+        }
+        rc->params.slots[i].llm = wrap;
+    }
+    return AF_OK;
+}
+
 void run_ctx_close(struct run_ctx *rc)
 {
+    for (size_t i = 0; i < rc->n_cached; i++)
+        af_llm_free(rc->cached[i]);
+    af_llm_cache_close(rc->cache);
     backends_close(&rc->be);
     af_tool_registry_free(rc->tools);
     af_prompts_free(rc->prompts);
@@ -67,45 +308,28 @@ struct item {
 struct batch {
     struct run_ctx *rc;
     struct item *items;
-    size_t n_items, next, n_done, n_failed;
+    size_t n_items, n_done, n_failed;
     struct af_linelog *out;
     pthread_mutex_t mu;
     int quiet;
 };
 
+static void on_done_line(void *user, json_t *obj, size_t lineno)
+{
+    (void)lineno;
+    const char *id = af_json_get_str(obj, "id");
+    if (id)
+        json_object_set_new(user, id, json_true());
+}
+
 /* Reads the ids already in OUT and cuts a partial last line. */
 static int load_done(const char *path, json_t *done)
 {
-    char *data = NULL, err[512];
-    size_t len = 0;
-    int rc = af_file_read(path, BATCH_MAX_BYTES, &data, &len, err, sizeof err);
-    if (rc == AF_ENOTFOUND)
-        return AF_OK;
-    if (rc) {
+    char err[512];
+    int rc = eval_log_scan(path, on_done_line, done, err, sizeof err);
+    if (rc)
         fprintf(stderr, "agentflow run: %s\n", err);
-        return rc;
-    }
-    size_t keep = 0;
-    for (size_t start = 0; start < len;) {
-        char *nl = memchr(data + start, '\n', len - start);
-        if (!nl)
-            break;
-        *nl = '\0';
-        json_t *j = json_loads(data + start, 0, NULL);
-        const char *id = af_json_get_str(j, "id");
-        if (id)
-            json_object_set_new(done, id, json_true());
-        json_decref(j);
-        start = (size_t)(nl - data) + 1;
-        keep = start;
-    }
-    free(data);
-    if (keep < len && truncate(path, (off_t)keep) != 0) {
-        fprintf(stderr, "agentflow run: cannot cut the partial last line of '%s': %s\n", path,
-                strerror(errno));
-        return AF_EIO;
-    }
-    return AF_OK;
+    return rc;
 }
 
 /* Parses IN into items not yet done; a bad line fails naming its number. */
@@ -162,16 +386,10 @@ static int load_items(const char *path, json_t *done, struct batch *b)
     return rc;
 }
 
-static void *worker(void *arg)
+static void batch_job(void *arg, size_t i)
 {
     struct batch *b = arg;
-    for (;;) {
-        pthread_mutex_lock(&b->mu);
-        size_t i = b->next < b->n_items ? b->next++ : (size_t)-1;
-        pthread_mutex_unlock(&b->mu);
-        if (i == (size_t)-1)
-            return NULL;
-        struct item *it = &b->items[i];
+    struct item *it = &b->items[i];
         struct af_flow_result res;
         int err = af_flow_solve(&b->rc->params, it->id, it->query, &res);
         json_t *j = af_flow_result_json(&res);
@@ -195,7 +413,6 @@ static void *worker(void *arg)
         free(line);
         json_decref(j);
         af_flow_result_deinit(&res);
-    }
 }
 
 int batch_run(struct run_ctx *rc, const char *in_path, const char *out_path, int concurrency,
@@ -218,17 +435,7 @@ int batch_run(struct run_ctx *rc, const char *in_path, const char *out_path, int
         code = CLI_EINPUT;
         goto out;
     }
-    size_t nt = (size_t)concurrency < b.n_items ? (size_t)concurrency : b.n_items;
-    pthread_t *th = af_xcalloc(nt ? nt : 1, sizeof *th);
-    size_t started = 0;
-    for (; started < nt; started++)
-        if (pthread_create(&th[started], NULL, worker, &b) != 0)
-            break;
-    if (started == 0 && nt > 0)
-        worker(&b);
-    for (size_t i = 0; i < started; i++)
-        pthread_join(th[i], NULL);
-    free(th);
+    eval_pool_run(concurrency > 0 ? (size_t)concurrency : 1, b.n_items, batch_job, &b);
     if (!quiet)
         fprintf(stderr, "[batch] %zu done, %zu failed, %zu already in %s\n", b.n_done, b.n_failed,
                 json_object_size(done), out_path);

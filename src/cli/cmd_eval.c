@@ -1,26 +1,38 @@
 /*
- * cmd_eval.c - `agentflow eval score --bench NAME --pred FILE.jsonl [--data-dir DIR]`:
- * scores saved predictions against a benchmark's data.json with the score/ module.
+ * cmd_eval.c - `agentflow eval`:
+ *   score --bench NAME --pred FILE.jsonl [--data-dir DIR]: scores saved predictions against a
+ *     benchmark's data.json with the score/ module; one JSON line per prediction, then a
+ *     summary line.
+ *   run --bench LIST --out RUNDIR [...]: runs the benchmarks through the flow (eval/runner.c),
+ *     resumably, with the response cache on by default; prints a summary.
  *
  * Items are keyed by their index in the data array, never by pid (MedQA repeats pids).
- * Prints one JSON line per prediction, then a summary line. Exit codes: 0 ok, 2 usage,
- * 4 bad input file (missing file, bad JSON line, index out of range).
+ * Exit codes: 0 ok, 2 usage, 3 back-end error (run), 4 bad input file (missing file, bad JSON
+ * line, index out of range, unwritable RUNDIR).
  */
+#include <errno.h>
+#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "agentflow/score.h"
+#include "cli/batch.h"
 #include "cli/cli.h"
+#include "core/buf.h"
 #include "core/fileio.h"
 #include "core/jsonx.h"
+#include "eval/dataset.h"
+#include "eval/runner.h"
 
-#define EVAL_DATA_LIMIT ((size_t)256 << 20)
 #define EVAL_PRED_LIMIT ((size_t)1 << 30)
 
 static void eval_usage(FILE *f)
 {
     fprintf(f, "usage: agentflow eval score --bench NAME --pred FILE.jsonl [--data-dir DIR]\n"
+               "       agentflow eval run --bench NAME[,NAME...]|all --out RUNDIR [options]\n"
+               "                          (agentflow eval run --help for its options)\n"
                "\n"
                "Scores each prediction line {\"index\": N, \"answer\": \"...\"} against item N of\n"
                "DIR/NAME/data.json (DIR: --data-dir, else $AGENTFLOW_DATA, else\n"
@@ -42,7 +54,7 @@ static int parse_args(int argc, char **argv, struct eval_args *a)
         eval_usage(argc < 2 ? stderr : stdout);
         return argc < 2 ? CLI_EUSAGE : -1;
     }
-    if (strcmp(argv[1], "score") != 0) {
+    if (strcmp(argv[1], "score") != 0 && strcmp(argv[1], "run") != 0) {
         fprintf(stderr, "agentflow eval: unknown action \"%s\"\n", argv[1]);
         eval_usage(stderr);
         return CLI_EUSAGE;
@@ -78,29 +90,11 @@ static int parse_args(int argc, char **argv, struct eval_args *a)
     return CLI_EUSAGE;
 }
 
-static int load_data(const struct eval_args *a, json_t **out)
+static int load_data(const struct eval_args *a, struct eval_dataset *out)
 {
-    const char *dir = a->data_dir;
-    if (!dir)
-        dir = getenv("AGENTFLOW_DATA");
-    if (!dir || !*dir)
-        dir = "../shared/data/benchmarks";
-    char path[4096], err[512];
-    snprintf(path, sizeof path, "%s/%s/data.json", dir, a->bench);
-    char *text = NULL;
-    size_t len = 0;
-    if (af_file_read(path, EVAL_DATA_LIMIT, &text, &len, err, sizeof err) != AF_OK) {
+    char err[1024];
+    if (eval_dataset_load(eval_data_dir(a->data_dir), a->bench, out, err, sizeof err) != AF_OK) {
         fprintf(stderr, "agentflow eval score: %s\n", err);
-        return CLI_EINPUT;
-    }
-    json_error_t jerr;
-    *out = json_loadb(text, len, 0, &jerr);
-    free(text);
-    if (!json_is_array(*out)) {
-        fprintf(stderr, "agentflow eval score: %s:%d: %s\n", path, jerr.line,
-                *out ? "expected a JSON array" : jerr.text);
-        json_decref(*out);
-        *out = NULL;
         return CLI_EINPUT;
     }
     return CLI_OK;
@@ -184,15 +178,327 @@ static int score_lines(const struct eval_args *a, const json_t *items, const cha
     return CLI_OK;
 }
 
-int cmd_eval(int argc, char **argv)
+/* --- eval run ------------------------------------------------------------------------ */
+#define EVAL_RUN "agentflow eval run"
+
+static void eval_run_usage(FILE *f)
+{
+    fprintf(f, "usage: agentflow eval run --bench NAME[,NAME...]|all --out RUNDIR [--data-dir DIR]\n"
+               "                          [--limit N] [--trials K] [--concurrency N] [options]\n"
+               "\n"
+               "Runs each item's query through the agent flow and scores the answer with the\n"
+               "rule scorers. Items are keyed by their index in DIR/NAME/data.json (DIR:\n"
+               "--data-dir, else $AGENTFLOW_DATA, else ../shared/data/benchmarks).\n"
+               "\n"
+               "eval:\n"
+               "  --bench LIST       benchmarks, comma-separated, or all:");
+    for (const char *const *b = af_score_benchmarks(); *b; b++)
+        fprintf(f, " %s", *b);
+    fprintf(f, "\n"
+               "  --out RUNDIR       results folder (created); a rerun resumes it\n"
+               "  --data-dir DIR     benchmark folder\n"
+               "  --limit N          the first N items of each benchmark (default all)\n"
+               "  --trials K         runs of each item (default 1)\n"
+               "  --concurrency N    flows at once (default 4)\n"
+               "  --quiet            no progress display\n"
+               "  --progress-every N without a terminal, a progress line every N items (default "
+               "10)\n"
+               "\n");
+    run_common_usage(f);
+    fprintf(f, "  (eval run caches greedy calls in RUNDIR/cache.sqlite unless --no-cache)\n"
+               "\n"
+               "RUNDIR/results.jsonl gets one fsync'd line per item and trial: bench, index, trial,\n"
+               "query, gold, answer, extracted, correct {rule}, f1 (QA), steps, tools, tokens (per\n"
+               "module), latency_ms, trace (traces/BENCH-INDEX-TRIAL.jsonl). (bench, index, trial)\n"
+               "already there are skipped. RUNDIR/run.json holds the configuration and\n"
+               "RUNDIR/summary.json the summary, which is also printed on stdout: one JSON line\n"
+               "per benchmark {bench, n, correct, accuracy, ...}, then {\"bench\":\"all\", ...}.\n"
+               "A progress bar (stderr a terminal) or progress lines go to stderr.\n"
+               "Exit codes: 0 ok, 2 usage, 3 back-end error (failed items are retried by a\n"
+               "rerun), 4 bad input file or unwritable RUNDIR.\n");
+}
+
+enum {
+    EOPT_BENCH = RUN_OPT_END,
+    EOPT_DATA_DIR,
+    EOPT_OUT,
+    EOPT_LIMIT,
+    EOPT_TRIALS,
+    EOPT_CONCURRENCY,
+    EOPT_QUIET,
+    EOPT_PROGRESS_EVERY,
+};
+
+static const struct option eval_run_opts[] = {
+    {"bench", required_argument, 0, EOPT_BENCH},
+    {"data-dir", required_argument, 0, EOPT_DATA_DIR},
+    {"out", required_argument, 0, EOPT_OUT},
+    {"limit", required_argument, 0, EOPT_LIMIT},
+    {"trials", required_argument, 0, EOPT_TRIALS},
+    {"concurrency", required_argument, 0, EOPT_CONCURRENCY},
+    {"quiet", no_argument, 0, EOPT_QUIET},
+    {"progress-every", required_argument, 0, EOPT_PROGRESS_EVERY},
+    {"help", no_argument, 0, 'h'},
+    {0, 0, 0, 0},
+};
+
+struct eval_run_args {
+    struct run_args common;
+    const char *bench, *data_dir, *out;
+    size_t limit, every;
+    int trials, concurrency, quiet;
+};
+
+static int eval_run_own(struct eval_run_args *a, int o, const char *arg)
+{
+    double d;
+    switch (o) {
+    case EOPT_BENCH:
+        a->bench = arg;
+        return 0;
+    case EOPT_DATA_DIR:
+        a->data_dir = arg;
+        return 0;
+    case EOPT_OUT:
+        a->out = arg;
+        return 0;
+    case EOPT_QUIET:
+        a->quiet = 1;
+        return 0;
+    case EOPT_LIMIT:
+    case EOPT_PROGRESS_EVERY:
+        if (run_parse_number(EVAL_RUN, o == EOPT_LIMIT ? "limit" : "progress-every", arg, 1, 1e9,
+                             &d))
+            return -1;
+        *(o == EOPT_LIMIT ? &a->limit : &a->every) = (size_t)d;
+        return 0;
+    case EOPT_TRIALS:
+    case EOPT_CONCURRENCY:
+        if (run_parse_number(EVAL_RUN, o == EOPT_TRIALS ? "trials" : "concurrency", arg, 1,
+                             o == EOPT_TRIALS ? 1000 : 1024, &d))
+            return -1;
+        *(o == EOPT_TRIALS ? &a->trials : &a->concurrency) = (int)d;
+        return 0;
+    case 'h':
+        eval_run_usage(stdout);
+        return 1;
+    default:
+        eval_run_usage(stderr);
+        return -1;
+    }
+}
+
+/* Returns 0 to go on, 1 after --help, -1 on a usage error (message printed). */
+static int eval_run_parse(int argc, char **argv, struct eval_run_args *a)
+{
+    struct option *opts = run_opts_merge(eval_run_opts);
+    int o, rc = 0;
+    optind = 1;
+    while (rc == 0 && (o = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        int h = run_args_handle(&a->common, EVAL_RUN, o, optarg);
+        rc = h < 0 ? -1 : h > 0 ? 0 : eval_run_own(a, o, optarg);
+    }
+    free(opts);
+    if (rc != 0)
+        return rc;
+    if (optind != argc) {
+        fprintf(stderr, EVAL_RUN ": unexpected argument \"%s\"\n", argv[optind]);
+        return -1;
+    }
+    if (!a->bench || !a->out) {
+        fprintf(stderr, EVAL_RUN ": --bench and --out are required (see --help)\n");
+        return -1;
+    }
+    return 0;
+}
+
+/* Loads every named benchmark into *sets (n entries). Returns an exit code. */
+static int eval_load_sets(char **names, const char *data_dir, struct eval_dataset **sets,
+                          size_t *n)
+{
+    size_t count = 0;
+    while (names[count])
+        count++;
+    *sets = calloc(count ? count : 1, sizeof **sets);
+    *n = 0;
+    if (!*sets)
+        return CLI_EFAIL;
+    for (size_t i = 0; i < count; i++) {
+        char err[1024];
+        if (eval_dataset_load(eval_data_dir(data_dir), names[i], &(*sets)[i], err, sizeof err) !=
+            AF_OK) {
+            fprintf(stderr, EVAL_RUN ": %s\n", err);
+            return CLI_EINPUT;
+        }
+        *n = i + 1;
+    }
+    return CLI_OK;
+}
+
+/* Creates RUNDIR and opens the cache (unless --no-cache). Fills *cache_path (owned). */
+static int eval_prepare(const struct eval_run_args *a, struct run_ctx *rc, char **cache_path)
+{
+    char err[1024];
+    if (mkdir(a->out, 0777) != 0 && errno != EEXIST) {
+        fprintf(stderr, EVAL_RUN ": cannot create --out folder '%s': %s\n", a->out,
+                strerror(errno));
+        return CLI_EINPUT;
+    }
+    *cache_path = NULL;
+    if (a->common.no_cache)
+        return CLI_OK;
+    struct af_buf b;
+    af_buf_init(&b, AF_BUF_NOLIMIT);
+    if (a->common.cache_path)
+        (void)af_buf_puts(&b, a->common.cache_path);
+    else
+        (void)af_buf_printf(&b, "%s/cache.sqlite", a->out);
+    *cache_path = af_buf_detach(&b);
+    if (run_ctx_enable_cache(rc, *cache_path, a->common.cache_all ? AF_LLM_CACHE_ALL : 0, err,
+                             sizeof err) != AF_OK) {
+        fprintf(stderr, EVAL_RUN ": --cache: %s\n", err);
+        return CLI_EINPUT;
+    }
+    return CLI_OK;
+}
+
+static void print_json_line(json_t *j)
+{
+    char *line = json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    printf("%s\n", line ? line : "{}");
+    free(line);
+}
+
+/* Prints the summary lines and writes RUNDIR/summary.json. */
+static void eval_report_summary(const struct eval_run_args *a, const struct eval_summary *sum,
+                                struct run_ctx *rc)
+{
+    json_t *j = eval_summary_json(sum);
+    json_t *total = json_object_get(j, "total");
+    if (rc->cache) {
+        uint64_t hits = 0, misses = 0;
+        af_llm_cache_stats(rc->cache, &hits, &misses);
+        json_object_set_new(j, "cache",
+                            json_pack("{s:I,s:I}", "hits", (json_int_t)hits, "misses",
+                                      (json_int_t)misses));
+    }
+    size_t i;
+    json_t *b;
+    json_array_foreach(json_object_get(j, "benches"), i, b) print_json_line(b);
+    json_t *all = json_pack("{s:s}", "bench", "all");
+    json_object_update(all, total);
+    if (json_object_get(j, "cache"))
+        json_object_set(all, "cache", json_object_get(j, "cache"));
+    print_json_line(all);
+    json_decref(all);
+    fflush(stdout);
+    char *text = json_dumps(j, JSON_INDENT(2) | JSON_PRESERVE_ORDER), err[512];
+    struct af_buf p;
+    af_buf_init(&p, AF_BUF_NOLIMIT);
+    (void)af_buf_printf(&p, "%s/summary.json", a->out);
+    if (text && af_file_write_atomic(af_buf_str(&p), text, strlen(text), err, sizeof err))
+        fprintf(stderr, EVAL_RUN ": %s\n", err);
+    af_buf_deinit(&p);
+    free(text);
+    json_decref(j);
+}
+
+static json_t *eval_run_info(const struct eval_run_args *a, const struct run_config *cfg,
+                             const char *cache_path)
+{
+    return json_pack("{s:s,s:o,s:s,s:s?,s:b}", "command", "eval run", "config",
+                     config_to_json(cfg), "data_dir", eval_data_dir(a->data_dir), "cache",
+                     cache_path, "cache_all", a->common.cache_all);
+}
+
+static int eval_execute(const struct eval_run_args *a, struct run_ctx *rc,
+                        const struct run_config *cfg, const struct eval_dataset *sets,
+                        size_t n_sets)
+{
+    char *cache_path = NULL, err[1024];
+    int code = eval_prepare(a, rc, &cache_path);
+    if (code != CLI_OK) {
+        free(cache_path);
+        return code;
+    }
+    json_t *info = eval_run_info(a, cfg, cache_path);
+    struct eval_run_opts o = {
+        .out_dir = a->out,
+        .limit = a->limit,
+        .trials = a->trials,
+        .concurrency = a->concurrency,
+        .progress = eval_progress_auto(stderr, a->quiet),
+        .progress_every = a->every,
+        .run_info = info,
+    };
+    struct eval_summary sum;
+    int rrc = eval_run(&rc->params, sets, n_sets, &o, &sum, err, sizeof err);
+    if (rrc == AF_EIO) {
+        fprintf(stderr, EVAL_RUN ": %s\n", err);
+        code = CLI_EINPUT;
+    } else {
+        eval_report_summary(a, &sum, rc);
+        code = rrc == AF_OK ? CLI_OK : CLI_EBACKEND;
+        eval_summary_deinit(&sum);
+    }
+    json_decref(info);
+    free(cache_path);
+    return code;
+}
+
+static int cmd_eval_run(int argc, char **argv)
+{
+    struct eval_run_args a;
+    memset(&a, 0, sizeof a);
+    run_args_init(&a.common);
+    a.trials = 1;
+    a.concurrency = 4;
+    a.every = 10;
+    struct run_config cfg;
+    config_init(&cfg);
+    struct run_ctx rc;
+    memset(&rc, 0, sizeof rc);
+    char **names = NULL, err[2048];
+    struct eval_dataset *sets = NULL;
+    size_t n_sets = 0;
+    int code = eval_run_parse(argc, argv, &a);
+    if (code != 0) {
+        code = code > 0 ? CLI_OK : CLI_EUSAGE;
+        goto out;
+    }
+    if (eval_bench_list_parse(a.bench, &names, err, sizeof err) != AF_OK) {
+        fprintf(stderr, EVAL_RUN ": --bench: %s\n", err);
+        code = CLI_EUSAGE;
+        goto out;
+    }
+    if ((code = eval_load_sets(names, a.data_dir, &sets, &n_sets)) != CLI_OK)
+        goto out;
+    if ((code = run_build_config(&a.common, EVAL_RUN, &cfg)) != CLI_OK)
+        goto out;
+    if ((code = run_ctx_open(&rc, &cfg)) != CLI_OK)
+        goto out;
+    code = eval_execute(&a, &rc, &cfg, sets, n_sets);
+out:
+    run_ctx_close(&rc);
+    config_deinit(&cfg);
+    for (size_t i = 0; i < n_sets; i++)
+        eval_dataset_deinit(&sets[i]);
+    free(sets);
+    eval_bench_list_free(names);
+    run_args_deinit(&a.common);
+    return code;
+}
+
+static int cmd_eval_score(int argc, char **argv)
 {
     struct eval_args a = {NULL, NULL, NULL};
     int rc = parse_args(argc, argv, &a);
     if (rc != CLI_OK)
         return rc < 0 ? CLI_OK : rc;
-    json_t *items = NULL;
+    struct eval_dataset set;
+    memset(&set, 0, sizeof set);
     char *text = NULL, err[512];
-    if ((rc = load_data(&a, &items)) != CLI_OK)
+    if ((rc = load_data(&a, &set)) != CLI_OK)
         goto out;
     if (af_file_read(a.pred, EVAL_PRED_LIMIT, &text, NULL, err, sizeof err) != AF_OK) {
         fprintf(stderr, "agentflow eval score: %s\n", err);
@@ -200,7 +506,7 @@ int cmd_eval(int argc, char **argv)
         goto out;
     }
     size_t n = 0, n_correct = 0;
-    if ((rc = score_lines(&a, items, text, &n, &n_correct)) != CLI_OK)
+    if ((rc = score_lines(&a, set.items, text, &n, &n_correct)) != CLI_OK)
         goto out;
     json_t *jb = json_string(a.bench);
     char *bench = json_dumps(jb, JSON_ENCODE_ANY);
@@ -210,6 +516,13 @@ int cmd_eval(int argc, char **argv)
     free(bench);
 out:
     free(text);
-    json_decref(items);
+    eval_dataset_deinit(&set);
     return rc;
+}
+
+int cmd_eval(int argc, char **argv)
+{
+    if (argc >= 2 && strcmp(argv[1], "run") == 0)
+        return cmd_eval_run(argc - 1, argv + 1);
+    return cmd_eval_score(argc, argv);
 }

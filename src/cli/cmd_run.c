@@ -12,8 +12,6 @@
 #include "core/fileio.h"
 #include "core/xalloc.h"
 
-#define CONFIG_MAX_BYTES (4u << 20)
-
 static void run_usage(FILE *f)
 {
     fprintf(f, "usage: agentflow run [options] QUERY\n"
@@ -21,23 +19,9 @@ static void run_usage(FILE *f)
                "\n"
                "Answers QUERY with the agent flow and prints the final answer on stdout; one\n"
                "progress line per step goes to stderr.\n"
-               "\n"
-               "engines (URL: http(s)://HOST/v1, scripted:FILE.json):\n"
-               "  --url URL, --model NAME          set every slot\n"
-               "  --planner-url URL, --planner-model NAME\n"
-               "  --fixed-url URL, --fixed-model NAME        query analysis, verifier, generator\n"
-               "  --executor-url URL, --executor-model NAME\n"
-               "  --tool-url URL, --tool-model NAME          LLM calls made by tools\n"
-               "\n"
-               "flow:\n"
-               "  --max-steps N      turns (default 10)\n"
-               "  --max-time S       seconds, checked before each turn (default 300)\n"
-               "  --tools LIST       comma-separated tool names (default: all built-ins)\n"
-               "  --prompts DIR      override prompt templates with DIR/NAME.txt\n"
-               "  --tool-opt K=V     a tool option (repeatable; see docs/CONFIG.md)\n"
-               "  --wiki-db DB       Wikipedia index (= --tool-opt wiki_db=DB)\n"
-               "  --detailed         also write a detailed final answer\n"
-               "  --config FILE      JSON configuration (same keys; see docs/CONFIG.md)\n"
+               "\n");
+    run_common_usage(f);
+    fprintf(f, "  (run uses no cache unless --cache FILE is given)\n"
                "\n"
                "output:\n"
                "  --json             print one JSON object: answer, steps, memory, usage, timings\n"
@@ -54,197 +38,75 @@ static void run_usage(FILE *f)
 }
 
 enum {
-    OPT_URL = 256,
-    OPT_MODEL,
-    OPT_SLOT_URL, /* + slot */
-    OPT_SLOT_MODEL = OPT_SLOT_URL + AF_N_SLOTS,
-    OPT_MAX_STEPS = OPT_SLOT_MODEL + AF_N_SLOTS,
-    OPT_MAX_TIME,
-    OPT_TOOLS,
-    OPT_CONFIG,
-    OPT_PROMPTS,
-    OPT_JSON,
+    OPT_JSON = RUN_OPT_END,
     OPT_TRACE,
     OPT_BATCH,
     OPT_OUT,
     OPT_CONCURRENCY,
-    OPT_DETAILED,
     OPT_QUIET,
-    OPT_TOOL_OPT,
-    OPT_WIKI_DB,
 };
 
-static const struct option run_opts[] = {
-    {"url", required_argument, 0, OPT_URL},
-    {"model", required_argument, 0, OPT_MODEL},
-    {"planner-url", required_argument, 0, OPT_SLOT_URL + AF_SLOT_PLANNER},
-    {"fixed-url", required_argument, 0, OPT_SLOT_URL + AF_SLOT_FIXED},
-    {"executor-url", required_argument, 0, OPT_SLOT_URL + AF_SLOT_EXECUTOR},
-    {"tool-url", required_argument, 0, OPT_SLOT_URL + AF_SLOT_TOOL},
-    {"planner-model", required_argument, 0, OPT_SLOT_MODEL + AF_SLOT_PLANNER},
-    {"fixed-model", required_argument, 0, OPT_SLOT_MODEL + AF_SLOT_FIXED},
-    {"executor-model", required_argument, 0, OPT_SLOT_MODEL + AF_SLOT_EXECUTOR},
-    {"tool-model", required_argument, 0, OPT_SLOT_MODEL + AF_SLOT_TOOL},
-    {"max-steps", required_argument, 0, OPT_MAX_STEPS},
-    {"max-time", required_argument, 0, OPT_MAX_TIME},
-    {"tools", required_argument, 0, OPT_TOOLS},
-    {"config", required_argument, 0, OPT_CONFIG},
-    {"prompts", required_argument, 0, OPT_PROMPTS},
+static const struct option run_own_opts[] = {
     {"json", no_argument, 0, OPT_JSON},
     {"trace", required_argument, 0, OPT_TRACE},
     {"batch", required_argument, 0, OPT_BATCH},
     {"out", required_argument, 0, OPT_OUT},
     {"concurrency", required_argument, 0, OPT_CONCURRENCY},
-    {"detailed", no_argument, 0, OPT_DETAILED},
     {"quiet", no_argument, 0, OPT_QUIET},
-    {"tool-opt", required_argument, 0, OPT_TOOL_OPT},
-    {"wiki-db", required_argument, 0, OPT_WIKI_DB},
     {"help", no_argument, 0, 'h'},
     {0, 0, 0, 0},
 };
 
-struct run_args {
-    const char *config_file;
-    json_t *flags; /* flag values as config keys, applied last */
-    const char *slot_url[AF_N_SLOTS], *slot_model[AF_N_SLOTS];
+struct cmd_run_args {
+    struct run_args common;
     int json_out, quiet, concurrency;
     const char *batch_in, *batch_out;
 };
 
-static int parse_number(const char *opt, const char *s, double lo, double hi, double *out)
-{
-    char *end;
-    double d = strtod(s, &end);
-    if (!*s || *end || d < lo || d > hi) {
-        fprintf(stderr, "agentflow run: --%s '%s' must be a number from %g to %g\n", opt, s, lo,
-                hi);
-        return -1;
-    }
-    *out = d;
-    return 0;
-}
-
-static int parse_args(int argc, char **argv, struct run_args *a)
+static int handle_own(struct cmd_run_args *a, int o)
 {
     double d;
-    int o;
-    optind = 1;
-    while ((o = getopt_long(argc, argv, "h", run_opts, NULL)) != -1) {
-        if (o >= OPT_SLOT_URL && o < OPT_SLOT_URL + AF_N_SLOTS) {
-            a->slot_url[o - OPT_SLOT_URL] = optarg;
-            continue;
-        }
-        if (o >= OPT_SLOT_MODEL && o < OPT_SLOT_MODEL + AF_N_SLOTS) {
-            a->slot_model[o - OPT_SLOT_MODEL] = optarg;
-            continue;
-        }
-        switch (o) {
-        case OPT_URL:
-            json_object_set_new(a->flags, "url", json_string(optarg));
-            break;
-        case OPT_MODEL:
-            json_object_set_new(a->flags, "model", json_string(optarg));
-            break;
-        case OPT_MAX_STEPS:
-            if (parse_number("max-steps", optarg, 1, 1000, &d))
-                return -1;
-            json_object_set_new(a->flags, "max_steps", json_integer((json_int_t)d));
-            break;
-        case OPT_MAX_TIME:
-            if (parse_number("max-time", optarg, 0.001, 1e9, &d))
-                return -1;
-            json_object_set_new(a->flags, "max_time", json_real(d));
-            break;
-        case OPT_TOOLS:
-        case OPT_PROMPTS:
-        case OPT_TRACE:
-            json_object_set_new(a->flags,
-                                o == OPT_TOOLS     ? "tools"
-                                : o == OPT_PROMPTS ? "prompts"
-                                                   : "trace",
-                                json_string(optarg));
-            break;
-        case OPT_DETAILED:
-            json_object_set_new(a->flags, "detailed", json_true());
-            break;
-        case OPT_CONFIG:
-            a->config_file = optarg;
-            break;
-        case OPT_JSON:
-            a->json_out = 1;
-            break;
-        case OPT_QUIET:
-            a->quiet = 1;
-            break;
-        case OPT_BATCH:
-            a->batch_in = optarg;
-            break;
-        case OPT_OUT:
-            a->batch_out = optarg;
-            break;
-        case OPT_CONCURRENCY:
-            if (parse_number("concurrency", optarg, 1, 1024, &d))
-                return -1;
-            a->concurrency = (int)d;
-            break;
-        case OPT_TOOL_OPT:
-        case OPT_WIKI_DB: {
-            char kv[4096], err[512];
-            snprintf(kv, sizeof kv, "%s%s", o == OPT_WIKI_DB ? "wiki_db=" : "", optarg);
-            if (config_tool_opt_flag(a->flags, kv, err, sizeof err)) {
-                fprintf(stderr, "agentflow run: %s\n", err);
-                return -1;
-            }
-            break;
-        }
-        case 'h':
-            run_usage(stdout);
-            return 1;
-        default:
-            run_usage(stderr);
+    switch (o) {
+    case OPT_TRACE:
+        json_object_set_new(a->common.flags, "trace", json_string(optarg));
+        return 0;
+    case OPT_JSON:
+        a->json_out = 1;
+        return 0;
+    case OPT_QUIET:
+        a->quiet = 1;
+        return 0;
+    case OPT_BATCH:
+        a->batch_in = optarg;
+        return 0;
+    case OPT_OUT:
+        a->batch_out = optarg;
+        return 0;
+    case OPT_CONCURRENCY:
+        if (run_parse_number("agentflow run", "concurrency", optarg, 1, 1024, &d))
             return -1;
-        }
+        a->concurrency = (int)d;
+        return 0;
+    case 'h':
+        run_usage(stdout);
+        return 1;
+    default:
+        run_usage(stderr);
+        return -1;
     }
-    return 0;
 }
 
-/* Layers: defaults < config file < environment < flags. */
-static int build_config(const struct run_args *a, struct run_config *cfg)
+static int parse_args(int argc, char **argv, struct cmd_run_args *a)
 {
-    char err[1024];
-    if (a->config_file) {
-        char *text = NULL;
-        if (af_file_read(a->config_file, CONFIG_MAX_BYTES, &text, NULL, err, sizeof err)) {
-            fprintf(stderr, "agentflow run: %s\n", err);
-            return CLI_EINPUT;
-        }
-        json_error_t je;
-        json_t *j = json_loads(text, 0, &je);
-        free(text);
-        if (!j) {
-            fprintf(stderr, "agentflow run: %s: line %d column %d: %s\n", a->config_file, je.line,
-                    je.column, je.text);
-            return CLI_EINPUT;
-        }
-        int rc = config_apply_json(cfg, j, a->config_file, err, sizeof err);
-        json_decref(j);
-        if (rc) {
-            fprintf(stderr, "agentflow run: %s\n", err);
-            return CLI_EINPUT;
-        }
+    struct option *opts = run_opts_merge(run_own_opts);
+    int o, rc = 0;
+    optind = 1;
+    while (rc == 0 && (o = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        int h = run_args_handle(&a->common, "agentflow run", o, optarg);
+        rc = h < 0 ? -1 : h > 0 ? 0 : handle_own(a, o);
     }
-    if (config_apply_env(cfg, err, sizeof err) ||
-        config_apply_json(cfg, a->flags, "flags", err, sizeof err)) {
-        fprintf(stderr, "agentflow run: %s\n", err);
-        return CLI_EUSAGE;
-    }
-    for (int i = 0; i < AF_N_SLOTS; i++) {
-        if (a->slot_url[i])
-            config_set_url(cfg, i, a->slot_url[i]);
-        if (a->slot_model[i])
-            config_set_model(cfg, i, a->slot_model[i]);
-    }
-    return CLI_OK;
+    free(opts);
+    return rc;
 }
 
 static void on_step(void *user, const struct af_flow_step_info *s)
@@ -282,14 +144,15 @@ static int solve_one(struct run_ctx *rc, const struct run_config *cfg, const cha
 
 int cmd_run(int argc, char **argv)
 {
-    struct run_args a;
+    struct cmd_run_args a;
     memset(&a, 0, sizeof a);
-    a.flags = json_object();
+    run_args_init(&a.common);
     a.concurrency = 4;
     struct run_config cfg;
     config_init(&cfg);
     struct run_ctx rc;
     memset(&rc, 0, sizeof rc);
+    char err[1024];
     int code = parse_args(argc, argv, &a);
     if (code != 0) {
         code = code > 0 ? CLI_OK : CLI_EUSAGE;
@@ -305,10 +168,17 @@ int cmd_run(int argc, char **argv)
         code = CLI_EUSAGE;
         goto out;
     }
-    if ((code = build_config(&a, &cfg)) != CLI_OK)
+    if ((code = run_build_config(&a.common, "agentflow run", &cfg)) != CLI_OK)
         goto out;
     if ((code = run_ctx_open(&rc, &cfg)) != CLI_OK)
         goto out;
+    if (a.common.cache_path && !a.common.no_cache &&
+        run_ctx_enable_cache(&rc, a.common.cache_path, a.common.cache_all ? AF_LLM_CACHE_ALL : 0,
+                             err, sizeof err) != AF_OK) {
+        fprintf(stderr, "agentflow run: --cache: %s\n", err);
+        code = CLI_EINPUT;
+        goto out;
+    }
     if (!a.quiet)
         rc.params.on_step = on_step;
     if (a.batch_in)
@@ -318,6 +188,6 @@ int cmd_run(int argc, char **argv)
 out:
     run_ctx_close(&rc);
     config_deinit(&cfg);
-    json_decref(a.flags);
+    run_args_deinit(&a.common);
     return code;
 }

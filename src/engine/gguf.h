@@ -6,6 +6,9 @@
  * file, alignment and overlap. A failure returns AF_EPARSE (or AF_EIO / AF_ETOOBIG) with a
  * message naming the file and the key, tensor or byte offset at fault.
  *
+ * Nested arrays (element type GGUF_ARRAY) are rejected with AF_EPARSE. Keys and tensor names
+ * are 1..65535 bytes; general.alignment must be a uint32 power of two (at most 2^30).
+ *
  * Strings in a file are not NUL-terminated: they are (pointer, length) views into the map.
  * A gguf_file is read-only after gguf_open and safe to share between threads.
  */
@@ -49,7 +52,10 @@ struct gguf_kv {
     enum gguf_vtype arr_type; /* element type when type == GGUF_ARRAY */
     uint64_t arr_n;           /* element count when type == GGUF_ARRAY */
     const uint8_t *data;      /* the raw little-endian value (first element for arrays) */
-    const uint64_t *str_off;  /* arrays of strings: byte offset of element i from data */
+    const uint64_t *str_off;  /* arrays of strings: byte offset of element i's uint64 length
+                                 prefix from data (element 0 is at 0); NULL otherwise */
+    uint64_t nbytes;          /* bytes of the raw value at data: the scalar, the string with its
+                                 uint64 length prefix, or all array elements (no array header) */
 };
 
 struct gguf_tensor {
@@ -129,6 +135,10 @@ void gguf_writer_set_u64(struct gguf_writer *w, const char *key, uint64_t v);
 void gguf_writer_set_f32(struct gguf_writer *w, const char *key, float v);
 void gguf_writer_set_bool(struct gguf_writer *w, const char *key, int v);
 void gguf_writer_set_str(struct gguf_writer *w, const char *key, const char *v);
+/* Any scalar type (not GGUF_STRING / GGUF_ARRAY): the value's bytes are copied from `v`
+ * (1, 2, 4 or 8 bytes, host order = little-endian). Ignored for other types. */
+void gguf_writer_set_scalar(struct gguf_writer *w, const char *key, enum gguf_vtype type,
+                            const void *v);
 /* A numeric array: `n` elements of `type` (not GGUF_STRING / GGUF_ARRAY) copied from `data`. */
 void gguf_writer_set_arr(struct gguf_writer *w, const char *key, enum gguf_vtype type,
                          const void *data, uint64_t n);
