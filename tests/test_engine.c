@@ -177,11 +177,254 @@ static void test_reference_prompt_ids(void **state)
     }
 }
 
+/* A model made by make-random with the Qwen2.5 vocabulary, shared by the tests below. */
+static char tiny_path[256];
+
+static int make_tiny(void **state)
+{
+    (void)state;
+    char vocab[1024], err[1024];
+    snprintf(tiny_path, sizeof tiny_path, "/tmp/af_test_engine_%d.gguf", (int)getpid());
+    struct af_engine_random_params rp = {"qwen2", "tiny", "F32", 7, NULL};
+    rp.vocab_from = test_shared_path("data/reference/tokenizer/ggml-vocab-qwen2.gguf", vocab,
+                                     sizeof vocab);
+    if (af_engine_make_random(&rp, tiny_path, err, sizeof err)) {
+        fprintf(stderr, "make-random: %s\n", err);
+        return -1;
+    }
+    return 0;
+}
+
+static int drop_tiny(void **state)
+{
+    (void)state;
+    unlink(tiny_path);
+    return 0;
+}
+
+static struct af_engine *open_tiny(void)
+{
+    char err[1024];
+    struct af_engine_params ep = af_engine_default_params();
+    ep.n_threads = 2;
+    ep.n_ctx = 1024;
+    ep.chat_template = "chatml"; /* the vocabulary-only file has no template */
+    struct af_engine *e = NULL;
+    if (af_engine_load(tiny_path, &ep, &e, err, sizeof err))
+        fail_msg("%s", err);
+    return e;
+}
+
+static void ids_of(struct af_engine *e, const char *text, int32_t **ids, size_t *n)
+{
+    char err[1024];
+    assert_int_equal(af_engine_tokenize(e, text, 0, 1, ids, n, err, sizeof err), 0);
+    assert_true(*n > 0);
+}
+
+/* A second call sharing a prefix reuses its KV and gives the same logits as a cold call. */
+static void test_prefix_cache(void **state)
+{
+    (void)state;
+    char err[1024];
+    struct af_engine *e = open_tiny(), *cold = open_tiny();
+    const char *base = "<|im_start|>system\nYou are a careful planner with many tools. Tool "
+                       "cards follow: search, code, wiki.<|im_end|>\n<|im_start|>user\n";
+    char a[512], b[512];
+    snprintf(a, sizeof a, "%sWhat is the capital of France?<|im_end|>\n", base);
+    snprintf(b, sizeof b, "%sHow many legs has a spider?<|im_end|>\n", base);
+    int32_t *ia, *ib, *ibase;
+    size_t na, nb, nbase;
+    ids_of(e, a, &ia, &na);
+    ids_of(e, b, &ib, &nb);
+    ids_of(e, base, &ibase, &nbase);
+    struct af_engine_gen_params gp = af_engine_default_gen_params();
+    gp.max_tokens = 8;
+    gp.ignore_eos = 1;
+    struct af_engine_result r1, r2, r3, rc;
+    assert_int_equal(af_engine_generate(e, ia, na, &gp, &r1, err, sizeof err), 0);
+    assert_int_equal(r1.n_cached, 0);
+    assert_int_equal(af_engine_generate(e, ib, nb, &gp, &r2, err, sizeof err), 0);
+    assert_true(r2.n_cached >= nbase - 1 && r2.n_cached < nb);
+    /* The same prompt again: everything but the last token comes from the cache, and the
+     * greedy continuation is the same. */
+    assert_int_equal(af_engine_generate(e, ia, na, &gp, &r3, err, sizeof err), 0);
+    assert_int_equal(r3.n_cached, na - 1);
+    assert_int_equal(r3.n_ids, r1.n_ids);
+    assert_memory_equal(r3.ids, r1.ids, r1.n_ids * sizeof *r1.ids);
+    /* Cached and cold logits agree. */
+    assert_int_equal(af_engine_generate(cold, ib, nb, &gp, &rc, err, sizeof err), 0);
+    assert_int_equal(rc.n_cached, 0);
+    assert_memory_equal(rc.ids, r2.ids, r2.n_ids * sizeof *r2.ids);
+    int64_t nv = af_engine_n_vocab(e);
+    float *lw = malloc((size_t)nv * sizeof *lw), *lc = malloc((size_t)nv * sizeof *lc);
+    assert_int_equal(af_engine_logits(e, ib, nb, 0, lw, err, sizeof err), 0);
+    assert_int_equal(af_engine_logits(cold, ib, nb, 1 == 0, lc, err, sizeof err), 0);
+    for (int64_t i = 0; i < nv; i++)
+        assert_true(fabsf(lw[i] - lc[i]) <= 1e-4f);
+    free(lw);
+    free(lc);
+    af_engine_result_deinit(&r1);
+    af_engine_result_deinit(&r2);
+    af_engine_result_deinit(&r3);
+    af_engine_result_deinit(&rc);
+    free(ia);
+    free(ib);
+    free(ibase);
+    af_engine_free(e);
+    af_engine_free(cold);
+}
+
+/* Greedy log-probs are log-softmax values; the same seed gives the same text; stop strings
+ * end the text before them. */
+static void test_sampling(void **state)
+{
+    (void)state;
+    char err[1024];
+    struct af_engine *e = open_tiny();
+    int32_t *ids;
+    size_t n;
+    ids_of(e, "Once upon a time", &ids, &n);
+    struct af_engine_gen_params gp = af_engine_default_gen_params();
+    gp.max_tokens = 24;
+    gp.ignore_eos = 1;
+    gp.temperature = 1.0f;
+    gp.top_p = 0.95f;
+    gp.top_k = 50;
+    gp.seed = 1234;
+    struct af_engine_result a, b, c;
+    assert_int_equal(af_engine_generate(e, ids, n, &gp, &a, err, sizeof err), 0);
+    assert_int_equal(af_engine_generate(e, ids, n, &gp, &b, err, sizeof err), 0);
+    assert_int_equal(a.n_ids, 24);
+    assert_memory_equal(a.ids, b.ids, a.n_ids * sizeof *a.ids);
+    assert_string_equal(a.text, b.text);
+    gp.seed = 99;
+    assert_int_equal(af_engine_generate(e, ids, n, &gp, &c, err, sizeof err), 0);
+    assert_true(memcmp(a.ids, c.ids, a.n_ids * sizeof *a.ids) != 0);
+    for (size_t i = 0; i < a.n_ids; i++)
+        assert_true(a.logprobs[i] <= 0.0f && isfinite(a.logprobs[i]));
+    af_engine_result_deinit(&b);
+    af_engine_result_deinit(&c);
+    /* top_k = 1 is greedy. */
+    struct af_engine_gen_params g0 = af_engine_default_gen_params();
+    g0.max_tokens = 12;
+    g0.ignore_eos = 1;
+    struct af_engine_gen_params g1 = g0;
+    g1.temperature = 0.8f;
+    g1.top_k = 1;
+    g1.seed = 5;
+    assert_int_equal(af_engine_generate(e, ids, n, &g0, &b, err, sizeof err), 0);
+    assert_int_equal(af_engine_generate(e, ids, n, &g1, &c, err, sizeof err), 0);
+    assert_memory_equal(b.ids, c.ids, b.n_ids * sizeof *b.ids);
+    /* The greedy log-prob is the log-softmax of the first token's logits. */
+    int64_t nv = af_engine_n_vocab(e);
+    float *lg = malloc((size_t)nv * sizeof *lg);
+    assert_int_equal(af_engine_logits(e, ids, n, 0, lg, err, sizeof err), 0);
+    double mx = (double)lg[0], sum = 0;
+    for (int64_t i = 1; i < nv; i++)
+        mx = (double)lg[i] > mx ? (double)lg[i] : mx;
+    for (int64_t i = 0; i < nv; i++)
+        sum += exp((double)lg[i] - mx);
+    assert_true(fabs((double)b.logprobs[0] - ((double)lg[b.ids[0]] - mx - log(sum))) < 1e-4);
+    free(lg);
+    /* A stop string taken from the greedy text cuts it there. */
+    size_t len = strlen(b.text);
+    if (len >= 6) {
+        char stop[8];
+        memcpy(stop, b.text + len / 2, 3);
+        stop[3] = '\0';
+        const char *first = strstr(b.text, stop);
+        g0.n_stop = 1;
+        g0.stop[0] = stop;
+        struct af_engine_result d;
+        assert_int_equal(af_engine_generate(e, ids, n, &g0, &d, err, sizeof err), 0);
+        assert_string_equal(d.finish_reason, "stop");
+        assert_int_equal(strlen(d.text), (size_t)(first - b.text));
+        assert_memory_equal(d.text, b.text, strlen(d.text));
+        af_engine_result_deinit(&d);
+    }
+    af_engine_result_deinit(&a);
+    af_engine_result_deinit(&b);
+    af_engine_result_deinit(&c);
+    free(ids);
+    af_engine_free(e);
+}
+
+static int count_calls;
+static int on_token_count(void *user, int32_t id, const char *piece, size_t len)
+{
+    (void)id;
+    (void)piece;
+    (void)len;
+    count_calls++;
+    return count_calls == *(int *)user;
+}
+
+/* Streaming sees each token; returning nonzero stops the generation. Chat prompts use the
+ * model's template. */
+static void test_stream_and_chat(void **state)
+{
+    (void)state;
+    char err[1024];
+    struct af_engine *e = open_tiny();
+    struct af_engine_msg msgs[] = {{"system", "Be brief."}, {"user", "Hi"}};
+    char *prompt = NULL;
+    assert_int_equal(af_engine_chat_prompt(e, msgs, 2, &prompt, err, sizeof err), 0);
+    assert_string_equal(prompt, "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi"
+                                "<|im_end|>\n<|im_start|>assistant\n");
+    int32_t *ids;
+    size_t n;
+    ids_of(e, prompt, &ids, &n);
+    assert_int_equal(ids[0], 151644); /* <|im_start|> parsed as one special token */
+    int stop_after = 5;
+    struct af_engine_gen_params gp = af_engine_default_gen_params();
+    gp.max_tokens = 50;
+    gp.ignore_eos = 1;
+    gp.on_token = on_token_count;
+    gp.user = &stop_after;
+    count_calls = 0;
+    struct af_engine_result r;
+    assert_int_equal(af_engine_generate(e, ids, n, &gp, &r, err, sizeof err), 0);
+    assert_int_equal(count_calls, 5);
+    assert_int_equal(r.n_ids, 5);
+    af_engine_result_deinit(&r);
+    free(ids);
+    free(prompt);
+    af_engine_free(e);
+}
+
+/* Errors name the fault: ids outside the vocabulary, contexts that overflow, missing files. */
+static void test_bad_calls(void **state)
+{
+    (void)state;
+    char err[1024];
+    struct af_engine *e = open_tiny();
+    int32_t bad[2] = {1, 999999999};
+    float *lg = malloc((size_t)af_engine_n_vocab(e) * sizeof *lg);
+    assert_int_equal(af_engine_logits(e, bad, 2, 0, lg, err, sizeof err), AF_EINVAL);
+    assert_non_null(strstr(err, "999999999"));
+    int32_t *many = calloc(2000, sizeof *many);
+    assert_int_equal(af_engine_logits(e, many, 2000, 0, lg, err, sizeof err), AF_EINVAL);
+    assert_non_null(strstr(err, "context"));
+    free(many);
+    free(lg);
+    af_engine_free(e);
+    struct af_engine *none = NULL;
+    assert_int_not_equal(af_engine_load("/nonexistent/model.gguf", NULL, &none, err, sizeof err),
+                         AF_OK);
+    assert_null(none);
+    assert_non_null(strstr(err, "/nonexistent/model.gguf"));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_reference_logits),
         cmocka_unit_test(test_reference_prompt_ids),
+        cmocka_unit_test(test_prefix_cache),
+        cmocka_unit_test(test_sampling),
+        cmocka_unit_test(test_stream_and_chat),
+        cmocka_unit_test(test_bad_calls),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return cmocka_run_group_tests(tests, make_tiny, drop_tiny);
 }

@@ -53,6 +53,11 @@ int af_engine_load(const char *path, const struct af_engine_params *p, struct af
     if (!p)
         p = &d;
     *out = NULL;
+    const char *isa = getenv("AGENTFLOW_ISA"); /* ref, avx2, avx512: for comparisons */
+    if (isa && *isa && quant_set_isa(isa)) {
+        af_errf(err, errlen, "AGENTFLOW_ISA=%s: this CPU cannot run it (ref, avx2, avx512)", isa);
+        return AF_EINVAL;
+    }
     struct model *m = NULL;
     int rc = model_load(path, &m, err, errlen);
     if (rc)

@@ -71,7 +71,9 @@ struct gguf_tensor {
 struct gguf_file;
 
 /* Maps and validates `path`. *out is owned by the caller (gguf_close). Tensor types must be
- * known to engine/quant.h and each tensor's size must be a whole number of blocks. */
+ * known to engine/quant.h and each tensor's size must be a whole number of blocks.
+ * Returns AF_ENOTFOUND when `path` does not exist, AF_EIO when it cannot be opened or mapped
+ * (or is not a regular file), AF_EPARSE for any malformed content; *out is NULL on error. */
 AF_NODISCARD int gguf_open(const char *path, struct gguf_file **out, char *err, size_t errlen);
 /* The same over a caller's buffer, which must outlive the handle (for fuzzing and tests).
  * `name` is used in messages. */

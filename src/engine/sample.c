@@ -132,7 +132,7 @@ static void select_top(struct cand *c, int64_t n, int64_t k)
 }
 
 /* Sorts the best candidates so that a prefix holds the top-k / top-p set; returns its size. */
-static int64_t truncate_set(struct sampler *s, int64_t n)
+static int64_t truncate_set(struct sampler *s, int64_t n, double sum)
 {
     const struct sampler_params *p = &s->p;
     struct cand *c = s->cands;
@@ -145,10 +145,11 @@ static int64_t truncate_set(struct sampler *s, int64_t n)
     select_top(c, n, first);
     qsort(c, (size_t)first, sizeof *c, cand_desc);
     if (p->top_p < 1.0f) {
+        const double want = (double)p->top_p * sum; /* the weights are not normalised */
         double cum = 0;
         for (int64_t i = 0; i < first; i++) {
             cum += (double)c[i].p;
-            if (cum >= (double)p->top_p)
+            if (cum >= want)
                 return i + 1 < keep ? i + 1 : keep;
         }
         if (first < keep) { /* the selected head was not enough: sort everything */
@@ -156,7 +157,7 @@ static int64_t truncate_set(struct sampler *s, int64_t n)
             cum = 0;
             for (int64_t i = 0; i < keep; i++) {
                 cum += (double)c[i].p;
-                if (cum >= (double)p->top_p)
+                if (cum >= want)
                     return i + 1;
             }
         }
@@ -188,7 +189,7 @@ int32_t sampler_sample(struct sampler *s, float *logits, float *logprob)
     }
     int32_t pick = (int32_t)best;
     if (p->temperature > 0) {
-        int64_t m = truncate_set(s, n);
+        int64_t m = truncate_set(s, n, sum);
         struct cand *c = s->cands;
         if (p->min_p > 0) {
             float floor_p = p->min_p * c[0].p; /* c[0] is the best after truncate_set sorts */
