@@ -192,7 +192,8 @@ void run_common_usage(FILE *f)
                "response cache (SQLite; greedy calls, temperature 0, only):\n"
                "  --cache FILE       answer repeated LLM requests from FILE\n"
                "  --no-cache         no cache\n"
-               "  --cache-all        cache sampled calls (temperature > 0) too\n");
+               "  --cache-all        cache sampled calls (temperature > 0) too: a repeat then\n"
+               "                     replays the first sample\n");
 }
 
 static int load_config_file(const char *path, const char *cmd, struct run_config *cfg)
@@ -206,8 +207,7 @@ static int load_config_file(const char *path, const char *cmd, struct run_config
     json_t *j = json_loads(text, 0, &je);
     free(text);
     if (!j) {
-        fprintf(stderr, "%s: %s: line %d column %d: %s\n", cmd, path, je.line, je.column,
-                je.text);
+        fprintf(stderr, "%s: %s: line %d column %d: %s\n", cmd, path, je.line, je.column, je.text);
         return CLI_EINPUT;
     }
     int rc = config_apply_json(cfg, j, path, err, sizeof err);
@@ -267,8 +267,7 @@ int run_ctx_open(struct run_ctx *rc, const struct run_config *cfg)
     return CLI_OK;
 }
 
-int run_ctx_enable_cache(struct run_ctx *rc, const char *path, int flags, char *err,
-                         size_t errlen)
+int run_ctx_enable_cache(struct run_ctx *rc, const char *path, int flags, char *err, size_t errlen)
 {
     if (af_llm_cache_open(path, &rc->cache, err, errlen) != AF_OK)
         return AF_EIO;
@@ -390,29 +389,28 @@ static void batch_job(void *arg, size_t i)
 {
     struct batch *b = arg;
     struct item *it = &b->items[i];
-        struct af_flow_result res;
-        int err = af_flow_solve(&b->rc->params, it->id, it->query, &res);
-        json_t *j = af_flow_result_json(&res);
-        json_object_set_new(j, "id", af_json_text(it->id));
-        json_object_set_new(j, "query", af_json_text(it->query));
-        char *line = err == AF_OK ? json_dumps(j, JSON_COMPACT) : NULL;
-        int wrc = line ? af_linelog_append(b->out, line, strlen(line)) : AF_OK;
-        pthread_mutex_lock(&b->mu);
-        if (err != AF_OK || wrc != AF_OK)
-            b->n_failed++;
-        else
-            b->n_done++;
-        if (!b->quiet || err != AF_OK || wrc != AF_OK)
-            fprintf(stderr, "[batch %zu/%zu] id=%s %s%s\n", b->n_done + b->n_failed, b->n_items,
-                    it->id,
-                    err != AF_OK ? "failed: "
-                    : wrc        ? "write failed"
-                                 : "done",
-                    err != AF_OK && res.errmsg ? res.errmsg : "");
-        pthread_mutex_unlock(&b->mu);
-        free(line);
-        json_decref(j);
-        af_flow_result_deinit(&res);
+    struct af_flow_result res;
+    int err = af_flow_solve(&b->rc->params, it->id, it->query, &res);
+    json_t *j = af_flow_result_json(&res);
+    json_object_set_new(j, "id", af_json_text(it->id));
+    json_object_set_new(j, "query", af_json_text(it->query));
+    char *line = err == AF_OK ? json_dumps(j, JSON_COMPACT) : NULL;
+    int wrc = line ? af_linelog_append(b->out, line, strlen(line)) : AF_OK;
+    pthread_mutex_lock(&b->mu);
+    if (err != AF_OK || wrc != AF_OK)
+        b->n_failed++;
+    else
+        b->n_done++;
+    if (!b->quiet || err != AF_OK || wrc != AF_OK)
+        fprintf(stderr, "[batch %zu/%zu] id=%s %s%s\n", b->n_done + b->n_failed, b->n_items, it->id,
+                err != AF_OK ? "failed: "
+                : wrc        ? "write failed"
+                             : "done",
+                err != AF_OK && res.errmsg ? res.errmsg : "");
+    pthread_mutex_unlock(&b->mu);
+    free(line);
+    json_decref(j);
+    af_flow_result_deinit(&res);
 }
 
 int batch_run(struct run_ctx *rc, const char *in_path, const char *out_path, int concurrency,

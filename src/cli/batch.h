@@ -56,8 +56,8 @@ struct run_ctx {
     struct af_tool_registry *tools;
     struct af_prompts *prompts;
     struct af_trace *trace;
-    struct af_flow_params params; /* points into the members above and into the config */
-    struct af_llm_cache *cache;   /* NULL unless run_ctx_enable_cache */
+    struct af_flow_params params;      /* points into the members above and into the config */
+    struct af_llm_cache *cache;        /* NULL unless run_ctx_enable_cache */
     struct af_llm *cached[AF_N_SLOTS]; /* cache decorators, one per distinct back-end */
     size_t n_cached;
 };
@@ -69,8 +69,7 @@ void run_ctx_close(struct run_ctx *rc);
 
 /* Puts the response cache file `path` in front of every slot's back-end (flags: 0 = greedy
  * calls only, or AF_LLM_CACHE_ALL). Returns AF_OK or AF_EIO with err naming the file. */
-int run_ctx_enable_cache(struct run_ctx *rc, const char *path, int flags, char *err,
-                         size_t errlen);
+int run_ctx_enable_cache(struct run_ctx *rc, const char *path, int flags, char *err, size_t errlen);
 
 /* Runs every {"id","query"} line of in_path not yet in out_path, `concurrency` at a time, and
  * appends one fsync'd result line per finished item. Returns an exit code: 0 when all items

@@ -41,7 +41,7 @@ static void eval_usage(FILE *f)
                "Benchmarks:");
     for (const char *const *b = af_score_benchmarks(); *b; b++)
         fprintf(f, " %s", *b);
-    fprintf(f, "\nExit: 0 ok, 2 usage, 4 bad input file.\n");
+    fprintf(f, "\nExit: 0 ok, 2 usage, 3 back-end error (eval run), 4 bad input file.\n");
 }
 
 struct eval_args {
@@ -183,15 +183,17 @@ static int score_lines(const struct eval_args *a, const json_t *items, const cha
 
 static void eval_run_usage(FILE *f)
 {
-    fprintf(f, "usage: agentflow eval run --bench NAME[,NAME...]|all --out RUNDIR [--data-dir DIR]\n"
-               "                          [--limit N] [--trials K] [--concurrency N] [options]\n"
-               "\n"
-               "Runs each item's query through the agent flow and scores the answer with the\n"
-               "rule scorers. Items are keyed by their index in DIR/NAME/data.json (DIR:\n"
-               "--data-dir, else $AGENTFLOW_DATA, else ../shared/data/benchmarks).\n"
-               "\n"
-               "eval:\n"
-               "  --bench LIST       benchmarks, comma-separated, or all:");
+    fprintf(f,
+            "usage: agentflow eval run --bench NAME[,NAME...]|all --out RUNDIR [--data-dir DIR]\n"
+            "                          [--limit N] [--trials K] [--concurrency N] [options]\n"
+            "\n"
+            "Runs each item's query through the agent flow and scores the answer with the\n"
+            "rule scorers. Items are keyed by their index in DIR/NAME/data.json (DIR:\n"
+            "--data-dir, else $AGENTFLOW_DATA, else ../shared/data/benchmarks).\n"
+            "\n"
+            "eval:\n"
+            "  --bench LIST       benchmarks, comma-separated, or all; names:\n"
+            "                    ");
     for (const char *const *b = af_score_benchmarks(); *b; b++)
         fprintf(f, " %s", *b);
     fprintf(f, "\n"
@@ -203,19 +205,23 @@ static void eval_run_usage(FILE *f)
                "  --quiet            no progress display\n"
                "  --progress-every N without a terminal, a progress line every N items (default "
                "10)\n"
+               "  --judge            also score with an LLM judge (our prompt, a true/false\n"
+               "                     verdict) into correct.judge; default engine: the fixed slot\n"
+               "  --judge-url URL, --judge-model NAME   the judge's engine (imply --judge)\n"
                "\n");
     run_common_usage(f);
-    fprintf(f, "  (eval run caches greedy calls in RUNDIR/cache.sqlite unless --no-cache)\n"
-               "\n"
-               "RUNDIR/results.jsonl gets one fsync'd line per item and trial: bench, index, trial,\n"
-               "query, gold, answer, extracted, correct {rule}, f1 (QA), steps, tools, tokens (per\n"
-               "module), latency_ms, trace (traces/BENCH-INDEX-TRIAL.jsonl). (bench, index, trial)\n"
-               "already there are skipped. RUNDIR/run.json holds the configuration and\n"
-               "RUNDIR/summary.json the summary, which is also printed on stdout: one JSON line\n"
-               "per benchmark {bench, n, correct, accuracy, ...}, then {\"bench\":\"all\", ...}.\n"
-               "A progress bar (stderr a terminal) or progress lines go to stderr.\n"
-               "Exit codes: 0 ok, 2 usage, 3 back-end error (failed items are retried by a\n"
-               "rerun), 4 bad input file or unwritable RUNDIR.\n");
+    fprintf(f,
+            "  (eval run caches greedy calls in RUNDIR/cache.sqlite unless --no-cache)\n"
+            "\n"
+            "RUNDIR/results.jsonl gets one fsync'd line per item and trial: bench, index, trial,\n"
+            "query, gold, answer, extracted, correct {rule}, f1 (QA), steps, tools, tokens (per\n"
+            "module), latency_ms, trace (traces/BENCH-INDEX-TRIAL.jsonl). (bench, index, trial)\n"
+            "already there are skipped. RUNDIR/run.json holds the configuration and\n"
+            "RUNDIR/summary.json the summary, which is also printed on stdout: one JSON line\n"
+            "per benchmark {bench, n, correct, accuracy, ...}, then {\"bench\":\"all\", ...}.\n"
+            "A progress bar (stderr a terminal) or progress lines go to stderr.\n"
+            "Exit codes: 0 ok, 2 usage, 3 back-end error (failed items are retried by a\n"
+            "rerun), 4 bad input file or unwritable RUNDIR.\n");
 }
 
 enum {
@@ -227,6 +233,9 @@ enum {
     EOPT_CONCURRENCY,
     EOPT_QUIET,
     EOPT_PROGRESS_EVERY,
+    EOPT_JUDGE,
+    EOPT_JUDGE_URL,
+    EOPT_JUDGE_MODEL,
 };
 
 static const struct option eval_run_opts[] = {
@@ -238,6 +247,9 @@ static const struct option eval_run_opts[] = {
     {"concurrency", required_argument, 0, EOPT_CONCURRENCY},
     {"quiet", no_argument, 0, EOPT_QUIET},
     {"progress-every", required_argument, 0, EOPT_PROGRESS_EVERY},
+    {"judge", no_argument, 0, EOPT_JUDGE},
+    {"judge-url", required_argument, 0, EOPT_JUDGE_URL},
+    {"judge-model", required_argument, 0, EOPT_JUDGE_MODEL},
     {"help", no_argument, 0, 'h'},
     {0, 0, 0, 0},
 };
@@ -246,7 +258,8 @@ struct eval_run_args {
     struct run_args common;
     const char *bench, *data_dir, *out;
     size_t limit, every;
-    int trials, concurrency, quiet;
+    int trials, concurrency, quiet, judge;
+    const char *judge_url, *judge_model;
 };
 
 static int eval_run_own(struct eval_run_args *a, int o, const char *arg)
@@ -264,6 +277,14 @@ static int eval_run_own(struct eval_run_args *a, int o, const char *arg)
         return 0;
     case EOPT_QUIET:
         a->quiet = 1;
+        return 0;
+    case EOPT_JUDGE:
+        a->judge = 1;
+        return 0;
+    case EOPT_JUDGE_URL:
+    case EOPT_JUDGE_MODEL:
+        a->judge = 1;
+        *(o == EOPT_JUDGE_URL ? &a->judge_url : &a->judge_model) = arg;
         return 0;
     case EOPT_LIMIT:
     case EOPT_PROGRESS_EVERY:
@@ -313,8 +334,7 @@ static int eval_run_parse(int argc, char **argv, struct eval_run_args *a)
 }
 
 /* Loads every named benchmark into *sets (n entries). Returns an exit code. */
-static int eval_load_sets(char **names, const char *data_dir, struct eval_dataset **sets,
-                          size_t *n)
+static int eval_load_sets(char **names, const char *data_dir, struct eval_dataset **sets, size_t *n)
 {
     size_t count = 0;
     while (names[count])
@@ -364,7 +384,7 @@ static int eval_prepare(const struct eval_run_args *a, struct run_ctx *rc, char 
 
 static void print_json_line(json_t *j)
 {
-    char *line = json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    char *line = json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(6));
     printf("%s\n", line ? line : "{}");
     free(line);
 }
@@ -378,13 +398,13 @@ static void eval_report_summary(const struct eval_run_args *a, const struct eval
     if (rc->cache) {
         uint64_t hits = 0, misses = 0;
         af_llm_cache_stats(rc->cache, &hits, &misses);
-        json_object_set_new(j, "cache",
-                            json_pack("{s:I,s:I}", "hits", (json_int_t)hits, "misses",
-                                      (json_int_t)misses));
+        json_object_set_new(
+            j, "cache",
+            json_pack("{s:I,s:I}", "hits", (json_int_t)hits, "misses", (json_int_t)misses));
     }
-    size_t i;
-    json_t *b;
-    json_array_foreach(json_object_get(j, "benches"), i, b) print_json_line(b);
+    json_t *benches = json_object_get(j, "benches");
+    for (size_t i = 0; i < json_array_size(benches); i++)
+        print_json_line(json_array_get(benches, i));
     json_t *all = json_pack("{s:s}", "bench", "all");
     json_object_update(all, total);
     if (json_object_get(j, "cache"))
@@ -392,7 +412,8 @@ static void eval_report_summary(const struct eval_run_args *a, const struct eval
     print_json_line(all);
     json_decref(all);
     fflush(stdout);
-    char *text = json_dumps(j, JSON_INDENT(2) | JSON_PRESERVE_ORDER), err[512];
+    char *text = json_dumps(j, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(6)),
+         err[512];
     struct af_buf p;
     af_buf_init(&p, AF_BUF_NOLIMIT);
     (void)af_buf_printf(&p, "%s/summary.json", a->out);
@@ -403,12 +424,56 @@ static void eval_report_summary(const struct eval_run_args *a, const struct eval
     json_decref(j);
 }
 
+/* The judge's engine: its own back-end for --judge-url (cached like the others), else the
+ * fixed slot's. */
+struct judge_res {
+    struct run_config cfg;
+    struct backends be;
+    struct af_llm *wrap;
+    int have_cfg;
+};
+
+static int eval_judge_open(const struct eval_run_args *a, struct run_ctx *rc, struct judge_res *jr,
+                           struct eval_judge *j)
+{
+    memset(jr, 0, sizeof *jr);
+    const struct af_flow_slot *fixed = &rc->params.slots[AF_SLOT_FIXED];
+    if (!a->judge_url) {
+        eval_judge_init(j, fixed->llm, a->judge_model ? a->judge_model : fixed->model);
+        return CLI_OK;
+    }
+    char err[1024];
+    config_init(&jr->cfg);
+    jr->have_cfg = 1;
+    config_set_url(&jr->cfg, -1, a->judge_url);
+    if (a->judge_model)
+        config_set_model(&jr->cfg, -1, a->judge_model);
+    if (backends_open(&jr->cfg, &jr->be, err, sizeof err) != AF_OK) {
+        fprintf(stderr, EVAL_RUN ": --judge-url: %s\n", err);
+        return CLI_EUSAGE;
+    }
+    struct af_llm *llm = jr->be.llm[AF_SLOT_FIXED];
+    if (rc->cache)
+        llm = jr->wrap =
+            af_llm_cache_wrap(rc->cache, llm, a->common.cache_all ? AF_LLM_CACHE_ALL : 0);
+    eval_judge_init(j, llm, a->judge_model);
+    return CLI_OK;
+}
+
+static void eval_judge_close(struct judge_res *jr)
+{
+    af_llm_free(jr->wrap);
+    backends_close(&jr->be);
+    if (jr->have_cfg)
+        config_deinit(&jr->cfg);
+}
+
 static json_t *eval_run_info(const struct eval_run_args *a, const struct run_config *cfg,
                              const char *cache_path)
 {
-    return json_pack("{s:s,s:o,s:s,s:s?,s:b}", "command", "eval run", "config",
-                     config_to_json(cfg), "data_dir", eval_data_dir(a->data_dir), "cache",
-                     cache_path, "cache_all", a->common.cache_all);
+    return json_pack("{s:s,s:o,s:s,s:s?,s:b}", "command", "eval run", "config", config_to_json(cfg),
+                     "data_dir", eval_data_dir(a->data_dir), "cache", cache_path, "cache_all",
+                     a->common.cache_all);
 }
 
 static int eval_execute(const struct eval_run_args *a, struct run_ctx *rc,
@@ -421,6 +486,13 @@ static int eval_execute(const struct eval_run_args *a, struct run_ctx *rc,
         free(cache_path);
         return code;
     }
+    struct judge_res jr;
+    struct eval_judge judge;
+    if (a->judge && (code = eval_judge_open(a, rc, &jr, &judge)) != CLI_OK) {
+        eval_judge_close(&jr);
+        free(cache_path);
+        return code;
+    }
     json_t *info = eval_run_info(a, cfg, cache_path);
     struct eval_run_opts o = {
         .out_dir = a->out,
@@ -430,6 +502,7 @@ static int eval_execute(const struct eval_run_args *a, struct run_ctx *rc,
         .progress = eval_progress_auto(stderr, a->quiet),
         .progress_every = a->every,
         .run_info = info,
+        .judge = a->judge ? &judge : NULL,
     };
     struct eval_summary sum;
     int rrc = eval_run(&rc->params, sets, n_sets, &o, &sum, err, sizeof err);
@@ -442,6 +515,8 @@ static int eval_execute(const struct eval_run_args *a, struct run_ctx *rc,
         eval_summary_deinit(&sum);
     }
     json_decref(info);
+    if (a->judge)
+        eval_judge_close(&jr);
     free(cache_path);
     return code;
 }
