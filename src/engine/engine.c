@@ -115,7 +115,7 @@ const char *af_engine_model_path(const struct af_engine *e)
 static json_t *type_counts(const struct model *m)
 {
     json_t *o = json_object();
-    for (uint64_t i = 0; i < gguf_n_tensors(m->gguf); i++) {
+    for (uint64_t i = 0; m->gguf && i < gguf_n_tensors(m->gguf); i++) {
         const char *name = quant_type_name(gguf_tensor_at(m->gguf, i)->type);
         json_t *c = json_object_get(o, name);
         json_object_set_new(o, name, json_integer(c ? json_integer_value(c) + 1 : 1));
@@ -138,7 +138,9 @@ char *af_engine_info_json(struct af_engine *e)
         hp->rope_style == ROPE_NEOX ? "neox" : "norm", "tied_output", hp->tied_output, "n_params",
         (json_int_t)model_n_params(m), "weight_bytes", (json_int_t)model_weight_bytes(m),
         "tensor_types", type_counts(m));
-    json_t *tok = json_pack("{ss ss sI si si si}", "model", tok_model_name(m->tok), "pre",
+    json_t *tok =
+        !m->tok ? json_null()
+                : json_pack("{ss ss sI si si si}", "model", tok_model_name(m->tok), "pre",
                             tok_pre_name(m->tok), "n_tokens", (json_int_t)tok_n_vocab(m->tok),
                             "bos", tok_bos(m->tok), "eos", tok_eos(m->tok), "eot", tok_eot(m->tok));
     json_object_set_new(j, "tokenizer", tok);
@@ -151,6 +153,10 @@ char *af_engine_info_json(struct af_engine *e)
 int af_engine_tokenize(struct af_engine *e, const char *text, int add_special, int parse_special,
                        int32_t **ids, size_t *n_ids, char *err, size_t errlen)
 {
+    if (!e->m->tok) {
+        af_errf(err, errlen, "%s has no tokenizer (no tokenizer.json)", e->m->path);
+        return AF_EINVAL;
+    }
     int rc = tok_encode(e->m->tok, text, strlen(text), add_special, parse_special, ids, n_ids);
     if (rc)
         af_errf(err, errlen, "tokenizing failed: %s", af_strerror(rc));
@@ -159,7 +165,7 @@ int af_engine_tokenize(struct af_engine *e, const char *text, int add_special, i
 
 char *af_engine_detokenize(struct af_engine *e, const int32_t *ids, size_t n, int special)
 {
-    return tok_decode(e->m->tok, ids, n, special);
+    return e->m->tok ? tok_decode(e->m->tok, ids, n, special) : af_xstrdup("");
 }
 
 int af_engine_chat_prompt(struct af_engine *e, const struct af_engine_msg *msgs, size_t n,
@@ -256,12 +262,13 @@ static int take_token(struct gen_state *g, int32_t id, float lp)
     }
     r->ids[r->n_ids] = id;
     r->logprobs[r->n_ids++] = lp;
-    if (!g->p->ignore_eos && tok_is_eog(g->e->m->tok, id)) {
+    const struct tokenizer *tok = g->e->m->tok;
+    if (tok && !g->p->ignore_eos && tok_is_eog(tok, id)) {
         r->finish_reason = "stop";
         return 1;
     }
     char piece[256];
-    int len = tok_piece(g->e->m->tok, id, 0, piece, sizeof piece);
+    int len = tok ? tok_piece(tok, id, 0, piece, sizeof piece) : 0;
     if (len < 0)
         len = 0;
     size_t from = g->text.len;

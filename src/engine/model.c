@@ -8,6 +8,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "core/errf.h"
 #include "core/xalloc.h"
@@ -139,11 +141,35 @@ static int load_hparams(struct loader *L)
     return load_rope_scaling(L);
 }
 
+void *model_own(struct model *m, void *p)
+{
+    m->owned = af_xrealloc(m->owned, (m->n_owned + 1) * sizeof *m->owned);
+    m->owned[m->n_owned++] = p;
+    return p;
+}
+
+/* Looks a tensor up by its GGUF name in whichever file the model came from. */
+static int find_view(struct model *m, const char *name, struct tensor_view *v)
+{
+    if (!m->gguf)
+        return hf_find(m, name, v);
+    const struct gguf_tensor *t = gguf_find_tensor(m->gguf, name);
+    if (!t)
+        return 0;
+    v->data = t->data;
+    v->type = t->type;
+    v->n_dims = t->n_dims;
+    memcpy(v->ne, t->ne, sizeof v->ne);
+    v->nbytes = t->nbytes;
+    return 1;
+}
+
 /* Binds a tensor, checking type and shape. n_out 0 means a 1-D tensor of n_in. */
 static int bind(struct loader *L, struct weight *w, const char *name, int64_t n_in, int64_t n_out,
                 int required)
 {
-    const struct gguf_tensor *t = gguf_find_tensor(L->m->gguf, name);
+    struct tensor_view view;
+    const struct tensor_view *t = find_view(L->m, name, &view) ? &view : NULL;
     memset(w, 0, sizeof *w);
     if (!t) {
         if (!required)
@@ -252,12 +278,12 @@ static int load_weights(struct loader *L)
 {
     struct model *m = L->m;
     struct model_hparams *hp = &m->hp;
-    const struct gguf_tensor *emb = gguf_find_tensor(m->gguf, "token_embd.weight");
-    if (!emb || emb->n_dims != 2) {
+    struct tensor_view emb;
+    if (!find_view(m, "token_embd.weight", &emb) || emb.n_dims != 2) {
         af_errf(L->err, L->errlen, "%s: missing or malformed tensor 'token_embd.weight'", m->path);
         return AF_EPARSE;
     }
-    hp->n_vocab = emb->ne[1];
+    hp->n_vocab = emb.ne[1];
     int rc;
     if ((rc = bind(L, &m->tok_embd, "token_embd.weight", hp->n_embd, hp->n_vocab, 1)) ||
         (rc = bind(L, &m->output_norm, "output_norm.weight", hp->n_embd, 0, 1)) ||
@@ -277,22 +303,58 @@ static int load_weights(struct loader *L)
     return AF_OK;
 }
 
+/* A folder, or a path ending in config.json, is a Hugging Face checkpoint. */
+static int is_hf(const char *path, char *dir, size_t dirlen)
+{
+    struct stat sb;
+    size_t n = strlen(path);
+    if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) {
+        snprintf(dir, dirlen, "%s", path);
+        return 1;
+    }
+    if (n >= 11 && !strcmp(path + n - 11, "config.json")) {
+        snprintf(dir, dirlen, "%.*s", (int)(n - 11), path);
+        if (!dir[0])
+            snprintf(dir, dirlen, ".");
+        return 1;
+    }
+    return 0;
+}
+
+static int load_tokenizer(struct model *m, const char *hf_dir, char *err, size_t errlen)
+{
+    if (!hf_dir)
+        return tok_from_gguf(m->gguf, &m->tok, err, errlen);
+    char tj[4200];
+    snprintf(tj, sizeof tj, "%s/tokenizer.json", hf_dir);
+    if (access(tj, R_OK) != 0)
+        return AF_OK; /* ids in, logits out still work; text needs a tokenizer */
+    return tok_from_hf(tj, &m->tok, err, errlen);
+}
+
 int model_load(const char *path, struct model **out, char *err, size_t errlen)
 {
     *out = NULL;
     struct model *m = af_xcalloc(1, sizeof *m);
     m->path = af_xstrdup(path);
     struct loader L = {m, NULL, err, errlen};
-    int rc = gguf_open(path, &m->gguf, err, errlen);
-    if (rc == AF_OK)
-        rc = load_arch(&L);
-    if (rc == AF_OK)
-        rc = load_hparams(&L);
+    char dir[4096];
+    int hf = is_hf(path, dir, sizeof dir);
+    int rc;
+    if (hf) {
+        rc = hf_load_config(m, dir, err, errlen);
+    } else {
+        rc = gguf_open(path, &m->gguf, err, errlen);
+        if (rc == AF_OK)
+            rc = load_arch(&L);
+        if (rc == AF_OK)
+            rc = load_hparams(&L);
+    }
     if (rc == AF_OK)
         rc = load_weights(&L);
     if (rc == AF_OK)
-        rc = tok_from_gguf(m->gguf, &m->tok, err, errlen);
-    if (rc == AF_OK && (int64_t)tok_n_vocab(m->tok) > m->hp.n_vocab) {
+        rc = load_tokenizer(m, hf ? dir : NULL, err, errlen);
+    if (rc == AF_OK && m->tok && (int64_t)tok_n_vocab(m->tok) > m->hp.n_vocab) {
         af_errf(err, errlen, "%s: the vocabulary has %zu tokens but token_embd.weight only %lld",
                 path, tok_n_vocab(m->tok), (long long)m->hp.n_vocab);
         rc = AF_EPARSE;
@@ -301,8 +363,10 @@ int model_load(const char *path, struct model **out, char *err, size_t errlen)
         model_free(m);
         return rc;
     }
-    m->chat_template = gguf_get_strdup(m->gguf, "tokenizer.chat_template");
-    m->name = gguf_get_strdup(m->gguf, "general.name");
+    if (m->gguf) {
+        m->chat_template = gguf_get_strdup(m->gguf, "tokenizer.chat_template");
+        m->name = gguf_get_strdup(m->gguf, "general.name");
+    }
     if (!m->name) {
         const char *slash = strrchr(path, '/');
         m->name = af_xstrdup(slash ? slash + 1 : path);
@@ -317,6 +381,11 @@ void model_free(struct model *m)
         return;
     tok_free(m->tok);
     gguf_close(m->gguf);
+    for (size_t i = 0; i < m->n_st; i++)
+        st_close(m->st[i]);
+    free(m->st);
+    for (size_t i = 0; i < m->n_owned; i++)
+        free(m->owned[i]);
     free(m->layers);
     free(m->chat_template);
     free(m->name);
@@ -349,7 +418,10 @@ uint64_t model_n_params(const struct model *m)
 uint64_t model_weight_bytes(const struct model *m)
 {
     uint64_t n = 0;
-    for (uint64_t i = 0; i < gguf_n_tensors(m->gguf); i++)
+    for (uint64_t i = 0; m->gguf && i < gguf_n_tensors(m->gguf); i++)
         n += gguf_tensor_at(m->gguf, i)->nbytes;
+    for (size_t f = 0; f < m->n_st; f++)
+        for (size_t i = 0; i < st_n_tensors(m->st[f]); i++)
+            n += st_tensor_at(m->st[f], i)->nbytes;
     return n;
 }

@@ -14,6 +14,7 @@
 
 #include "agentflow/err.h"
 #include "engine/gguf.h"
+#include "engine/safetensors.h"
 #include "engine/tokenizer.h"
 
 enum model_arch { MODEL_ARCH_QWEN2, MODEL_ARCH_LLAMA };
@@ -49,17 +50,39 @@ struct model {
     char *chat_template; /* tokenizer.chat_template or NULL */
     char *name;          /* general.name or the file name */
     char *path;
-    struct gguf_file *gguf;
-    void *owned; /* tensor memory we allocated (HF checkpoints); NULL for GGUF */
+    struct gguf_file *gguf; /* GGUF models */
+    struct st_file **st;    /* Hugging Face checkpoints: the safetensors shards */
+    size_t n_st;
+    void **owned; /* memory we allocated for converted tensors */
+    size_t n_owned;
+    int rope_neox_hf; /* HF layout: q/k rows not permuted, so RoPE is NEOX for every arch */
 };
 
-/* Loads a GGUF model of a supported architecture. Every tensor's type and shape is checked
+/* A tensor as found in the file, before shape checks. */
+struct tensor_view {
+    const void *data;
+    uint32_t type;
+    uint32_t n_dims;
+    int64_t ne[4];
+    uint64_t nbytes;
+};
+
+/* Loads a GGUF file, or a Hugging Face checkpoint: a folder (or its config.json) with
+ * config.json, *.safetensors and, for text, tokenizer.json. The model is a supported
+ * architecture. Every tensor's type and shape is checked
  * against the hyperparameters, and norms are checked for NaN / Inf; errors name the tensor or
  * key. *out is owned by the caller (model_free). */
 AF_NODISCARD int model_load(const char *path, struct model **out, char *err, size_t errlen);
 void model_free(struct model *m);
 
 const char *model_arch_name(enum model_arch a);
+
+/* model_hf.c: the Hugging Face side. hf_load_config fills m->hp (and rope factors) from
+ * config.json and opens the shards; hf_find looks up a tensor by its GGUF name. */
+AF_NODISCARD int hf_load_config(struct model *m, const char *dir, char *err, size_t errlen);
+int hf_find(struct model *m, const char *gguf_name, struct tensor_view *out);
+/* Takes ownership of p (freed with the model); returns p. */
+void *model_own(struct model *m, void *p);
 /* Bytes of all weights. */
 uint64_t model_weight_bytes(const struct model *m);
 /* The number of parameters. */
