@@ -447,13 +447,182 @@ static void test_bad_calls(void **state)
     assert_non_null(strstr(err, "/nonexistent/model.gguf"));
 }
 
+/* Rewrites the tiny model with one fault, then checks the load fails naming it. */
+enum fault { F_MISSING, F_SHAPE, F_NAN, F_ARCH, F_NO_HPARAM, F_BAD_VOCAB };
+
+static int write_faulty(const char *dst, enum fault f)
+{
+    char err[1024];
+    struct gguf_file *g = NULL;
+    if (gguf_open(tiny_path, &g, err, sizeof err))
+        return -1;
+    struct gguf_writer *w = gguf_writer_new();
+    gguf_writer_copy_kvs(w, g);
+    if (f == F_ARCH)
+        gguf_writer_set_str(w, "general.architecture", "mamba");
+    if (f == F_NO_HPARAM)
+        gguf_writer_set_str(w, "qwen2.embedding_length", "wide");
+    if (f == F_BAD_VOCAB)
+        gguf_writer_set_str(w, "tokenizer.ggml.model", "unigram-x");
+    float *poison = NULL;
+    int rc = 0;
+    for (uint64_t i = 0; i < gguf_n_tensors(g) && !rc; i++) {
+        const struct gguf_tensor *t = gguf_tensor_at(g, i);
+        char name[128];
+        snprintf(name, sizeof name, "%.*s", (int)t->name.n, t->name.s);
+        int64_t ne[4];
+        memcpy(ne, t->ne, sizeof ne);
+        const void *data = t->data;
+        if (f == F_MISSING && !strcmp(name, "blk.1.ffn_down.weight"))
+            continue;
+        if (f == F_SHAPE && !strcmp(name, "blk.0.attn_q.weight"))
+            ne[1] /= 2; /* half the rows the hyperparameters call for */
+        if (f == F_NAN && !strcmp(name, "blk.1.attn_norm.weight")) {
+            poison = malloc(t->nbytes);
+            memcpy(poison, t->data, t->nbytes);
+            poison[3] = NAN;
+            data = poison;
+        }
+        uint64_t nbytes = t->nbytes;
+        if (f == F_SHAPE && !strcmp(name, "blk.0.attn_q.weight"))
+            nbytes /= 2;
+        rc = gguf_writer_add_tensor(w, name, t->type, t->n_dims, ne, data, nbytes, err, sizeof err);
+    }
+    if (!rc)
+        rc = gguf_writer_write(w, dst, err, sizeof err);
+    free(poison);
+    gguf_writer_free(w);
+    gguf_close(g);
+    return rc;
+}
+
+static void test_malformed_models(void **state)
+{
+    (void)state;
+    static const struct {
+        enum fault f;
+        const char *want;
+    } cases[] = {
+        {F_MISSING, "blk.1.ffn_down.weight"}, {F_SHAPE, "blk.0.attn_q.weight"},
+        {F_NAN, "blk.1.attn_norm.weight"},    {F_ARCH, "mamba"},
+        {F_NO_HPARAM, "embedding_length"},    {F_BAD_VOCAB, "tokenizer.ggml.model"},
+    };
+    char dst[300], err[1024];
+    snprintf(dst, sizeof dst, "%s.bad.gguf", tiny_path);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        assert_int_equal(write_faulty(dst, cases[i].f), 0);
+        struct af_engine *e = NULL;
+        err[0] = '\0';
+        int rc = af_engine_load(dst, NULL, &e, err, sizeof err);
+        if (rc == AF_OK || !strstr(err, cases[i].want))
+            fail_msg("fault %zu: rc %d, message '%s' should name '%s'", i, rc, err, cases[i].want);
+        assert_null(e);
+    }
+    /* A truncated model file. */
+    char *text = NULL;
+    size_t len = 0;
+    assert_int_equal(af_file_read(tiny_path, (size_t)1 << 30, &text, &len, err, sizeof err), 0);
+    assert_int_equal(af_file_write_atomic(dst, text, len / 2, err, sizeof err), 0);
+    free(text);
+    struct af_engine *e = NULL;
+    assert_int_not_equal(af_engine_load(dst, NULL, &e, err, sizeof err), AF_OK);
+    assert_non_null(strstr(err, dst));
+    unlink(dst);
+}
+
+/* quantize gives the reference file's types (llama-quantize's choices) and, for Q8_0, its
+ * bytes; make-random is deterministic. */
+static void test_quantize_and_make_random(void **state)
+{
+    (void)state;
+    char dir[1024], in[1200], ref[1200], out[300], err[1024];
+    snprintf(out, sizeof out, "%s.q.gguf", tiny_path);
+    if (test_shared_path("data/reference/models", dir, sizeof dir)) {
+        static const struct {
+            const char *in, *ref, *type;
+            int bytes_equal;
+        } cases[] = {
+            {"tiny-qwen2-f32.gguf", "tiny-qwen2-q8_0.gguf", "Q8_0", 1},
+            {"tiny-llama-f32.gguf", "tiny-llama-q4_0.gguf", "Q4_0", 1},
+        };
+        for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+            snprintf(in, sizeof in, "%s/%s", dir, cases[c].in);
+            snprintf(ref, sizeof ref, "%s/%s", dir, cases[c].ref);
+            assert_int_equal(af_engine_quantize(in, out, cases[c].type, err, sizeof err), 0);
+            struct gguf_file *a = NULL, *b = NULL;
+            assert_int_equal(gguf_open(out, &a, err, sizeof err), 0);
+            assert_int_equal(gguf_open(ref, &b, err, sizeof err), 0);
+            assert_int_equal(gguf_n_tensors(a), gguf_n_tensors(b));
+            for (uint64_t i = 0; i < gguf_n_tensors(b); i++) {
+                const struct gguf_tensor *tb = gguf_tensor_at(b, i);
+                char name[128];
+                snprintf(name, sizeof name, "%.*s", (int)tb->name.n, tb->name.s);
+                const struct gguf_tensor *ta = gguf_find_tensor(a, name);
+                assert_non_null(ta);
+                if (ta->type != tb->type)
+                    fail_msg("%s: %s is %s, llama-quantize wrote %s", cases[c].type, name,
+                             quant_type_name(ta->type), quant_type_name(tb->type));
+                if (cases[c].bytes_equal) {
+                    assert_int_equal(ta->nbytes, tb->nbytes);
+                    if (memcmp(ta->data, tb->data, tb->nbytes))
+                        fail_msg("%s: %s bytes differ from llama-quantize's", cases[c].type, name);
+                }
+            }
+            gguf_close(a);
+            gguf_close(b);
+        }
+    }
+    /* The same seed gives the same file. */
+    char again[300];
+    snprintf(again, sizeof again, "%s.again.gguf", tiny_path);
+    char vocab[1024];
+    struct af_engine_random_params rp = {"qwen2", "tiny", "F32", 7, NULL};
+    rp.vocab_from =
+        test_shared_path("data/reference/tokenizer/ggml-vocab-qwen2.gguf", vocab, sizeof vocab);
+    assert_int_equal(af_engine_make_random(&rp, again, err, sizeof err), 0);
+    char *x = NULL, *y = NULL;
+    size_t nx = 0, ny = 0;
+    assert_int_equal(af_file_read(tiny_path, (size_t)1 << 30, &x, &nx, err, sizeof err), 0);
+    assert_int_equal(af_file_read(again, (size_t)1 << 30, &y, &ny, err, sizeof err), 0);
+    assert_int_equal(nx, ny);
+    assert_memory_equal(x, y, nx);
+    free(x);
+    free(y);
+    /* Every type loads and runs; llama with the byte vocabulary too. */
+    static const char *types[] = {"F16",  "BF16", "Q8_0", "Q4_0", "Q4_1",  "Q5_0",
+                                  "Q5_1", "Q4_K", "Q5_K", "Q6_K", "Q4_K_M"};
+    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
+        struct af_engine_random_params lp = {"llama", "small", types[i], 3, NULL};
+        assert_int_equal(af_engine_make_random(&lp, again, err, sizeof err), 0);
+        struct af_engine *e = NULL;
+        if (af_engine_load(again, NULL, &e, err, sizeof err))
+            fail_msg("%s: %s", types[i], err);
+        int32_t ids[4] = {10, 20, 30, 40};
+        struct af_engine_gen_params gp = af_engine_default_gen_params();
+        gp.max_tokens = 4;
+        gp.ignore_eos = 1;
+        struct af_engine_result r;
+        assert_int_equal(af_engine_generate(e, ids, 4, &gp, &r, err, sizeof err), 0);
+        assert_int_equal(r.n_ids, 4);
+        af_engine_result_deinit(&r);
+        af_engine_free(e);
+    }
+    unlink(again);
+    unlink(out);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_reference_logits), cmocka_unit_test(test_reference_prompt_ids),
-        cmocka_unit_test(test_hf_checkpoints),   cmocka_unit_test(test_prefix_cache),
-        cmocka_unit_test(test_sampling),         cmocka_unit_test(test_stream_and_chat),
+        cmocka_unit_test(test_reference_logits),
+        cmocka_unit_test(test_reference_prompt_ids),
+        cmocka_unit_test(test_hf_checkpoints),
+        cmocka_unit_test(test_prefix_cache),
+        cmocka_unit_test(test_sampling),
+        cmocka_unit_test(test_stream_and_chat),
         cmocka_unit_test(test_bad_calls),
+        cmocka_unit_test(test_malformed_models),
+        cmocka_unit_test(test_quantize_and_make_random),
     };
     return cmocka_run_group_tests(tests, make_tiny, drop_tiny);
 }
