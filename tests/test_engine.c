@@ -16,10 +16,13 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <jansson.h>
+
 #include "agentflow/engine.h"
 #include "core/fileio.h"
 #include "engine/gguf.h"
 #include "engine/quant.h"
+#include "support/proc.h"
 #include "support/shared.h"
 
 /* Max |logit difference| allowed per model, measured values in docs/PERFORMANCE.md's engine
@@ -611,6 +614,93 @@ static void test_quantize_and_make_random(void **state)
     unlink(out);
 }
 
+static struct proc_result cli(const char *const *args)
+{
+    const char *argv[16] = {proc_agentflow_bin()};
+    size_t n = 1;
+    while (args[n - 1] && n < 15) {
+        argv[n] = args[n - 1];
+        n++;
+    }
+    argv[n] = NULL;
+    struct proc_result r;
+    assert_int_equal(proc_run(argv, NULL, 600, &r), 0);
+    return r;
+}
+
+/* `agentflow model ...` and `agentflow run --url gguf:` end to end. */
+static void test_cli_model(void **state)
+{
+    (void)state;
+    char path[300], cfg[300];
+    snprintf(path, sizeof path, "%s.cli.gguf", tiny_path);
+    snprintf(cfg, sizeof cfg, "%s.cfg.json", tiny_path);
+    struct proc_result r =
+        cli((const char *[]){"model", "make-random", "--arch", "qwen2", "--shape", "tiny", "--type",
+                             "Q8_0", "--seed", "3", path, NULL});
+    assert_int_equal(r.exit_code, 0);
+    proc_result_deinit(&r);
+    r = cli((const char *[]){"model", "info", path, NULL});
+    assert_int_equal(r.exit_code, 0);
+    assert_non_null(strstr(r.out, "\"arch\": \"qwen2\""));
+    assert_non_null(strstr(r.out, "\"Q8_0\""));
+    proc_result_deinit(&r);
+    /* The byte vocabulary: one token per byte; <|im_start|> is one special token. */
+    r = cli((const char *[]){"model", "tokenize", path, "<|im_start|>ab", NULL});
+    assert_int_equal(r.exit_code, 0);
+    assert_string_equal(r.out, "257 97 98\n"); /* token i is byte i */
+    proc_result_deinit(&r);
+    r = cli((const char *[]){"model", "logits", path, "--prompt", "hello", "--top", "3", NULL});
+    assert_int_equal(r.exit_code, 0);
+    json_error_t je;
+    json_t *j = json_loads(r.out, 0, &je);
+    assert_non_null(j);
+    assert_int_equal(json_integer_value(json_object_get(j, "n_tokens")), 5);
+    json_t *top = json_object_get(j, "top");
+    assert_int_equal(json_array_size(top), 3);
+    assert_true(json_number_value(json_array_get(json_array_get(top, 0), 1)) >=
+                json_number_value(json_array_get(json_array_get(top, 1), 1)));
+    json_decref(j);
+    proc_result_deinit(&r);
+    r = cli((const char *[]){"model", "generate", path, "--prompt", "hi", "-n", "7", "--json",
+                             "--ignore-eos", NULL});
+    assert_int_equal(r.exit_code, 0);
+    j = json_loads(r.out, 0, &je);
+    assert_non_null(j);
+    assert_int_equal(json_integer_value(json_object_get(j, "n_generated")), 7);
+    assert_int_equal(json_array_size(json_object_get(j, "logprobs")), 7);
+    json_decref(j);
+    proc_result_deinit(&r);
+    /* The whole flow on the in-process engine, every slot sharing the model. */
+    FILE *f = fopen(cfg, "w");
+    fputs("{\"max_tokens\": 24}", f);
+    fclose(f);
+    char url[320];
+    snprintf(url, sizeof url, "gguf:%s", path);
+    r = cli((const char *[]){"run", "--url", url, "--config", cfg, "--max-steps", "1", "--json",
+                             "What is 6 times 7?", NULL});
+    assert_int_equal(r.exit_code, 0);
+    j = json_loads(r.out, 0, &je);
+    assert_non_null(j);
+    assert_true(json_is_null(json_object_get(j, "error")));
+    assert_int_equal(json_integer_value(json_object_get(j, "steps")), 1);
+    json_decref(j);
+    proc_result_deinit(&r);
+    /* Bad files and usage. */
+    r = cli((const char *[]){"model", "info", cfg, NULL});
+    assert_int_equal(r.exit_code, 4);
+    assert_non_null(strstr(r.err, cfg));
+    proc_result_deinit(&r);
+    r = cli((const char *[]){"model", "quantize", path, cfg, "Q3_XX", NULL});
+    assert_int_equal(r.exit_code, 2);
+    proc_result_deinit(&r);
+    r = cli((const char *[]){"model", "frobnicate", NULL});
+    assert_int_equal(r.exit_code, 2);
+    proc_result_deinit(&r);
+    unlink(path);
+    unlink(cfg);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -623,6 +713,7 @@ int main(void)
         cmocka_unit_test(test_bad_calls),
         cmocka_unit_test(test_malformed_models),
         cmocka_unit_test(test_quantize_and_make_random),
+        cmocka_unit_test(test_cli_model),
     };
     return cmocka_run_group_tests(tests, make_tiny, drop_tiny);
 }

@@ -1,0 +1,144 @@
+/*
+ * bench/engine.c - prefill and decode speed of the in-process engine on random models of the
+ * Qwen2.5-0.5B shape (the llama-bench comparison of issue 3), plus the prefix cache: a second
+ * prompt sharing a 2,000-token prefix with the first.
+ *
+ *   build/release/bench/engine [--types F32,F16,Q8_0,Q4_0,Q4_K_M] [-p 512] [-n 128] [-t 2]
+ *                              [--shape qwen2.5-0.5b] [--dir DIR] [--vocab GGUF]
+ *
+ * Models are generated once into DIR (default /tmp/agentflow-bench) with a fixed seed. Prints a
+ * markdown table; record it in docs/PERFORMANCE.md.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "agentflow/engine.h"
+
+struct opts {
+    char types[256];
+    const char *shape, *dir, *vocab;
+    int pp, tg, threads, prefix;
+};
+
+static void rand_ids(int32_t *ids, int n, int64_t nv, uint64_t *st)
+{
+    for (int i = 0; i < n; i++) {
+        *st = *st * 6364136223846793005ull + 1442695040888963407ull;
+        ids[i] = (int32_t)((*st >> 33) % (uint64_t)(nv * 9 / 10));
+    }
+}
+
+static int gen(struct af_engine *e, const int32_t *ids, int n, int n_gen,
+               struct af_engine_result *r)
+{
+    char err[1024];
+    struct af_engine_gen_params gp = af_engine_default_gen_params();
+    gp.max_tokens = n_gen;
+    gp.ignore_eos = 1;
+    if (af_engine_generate(e, ids, (size_t)n, &gp, r, err, sizeof err)) {
+        fprintf(stderr, "bench/engine: %s\n", err);
+        return -1;
+    }
+    return 0;
+}
+
+static int one_type(const struct opts *o, const char *type)
+{
+    char path[1024], err[1024];
+    snprintf(path, sizeof path, "%s/%s-%s.gguf", o->dir, o->shape, type);
+    if (access(path, R_OK) != 0) {
+        fprintf(stderr, "making %s ...\n", path);
+        struct af_engine_random_params rp = {"qwen2", o->shape, type, 1, o->vocab};
+        if (af_engine_make_random(&rp, path, err, sizeof err)) {
+            fprintf(stderr, "bench/engine: %s\n", err);
+            return -1;
+        }
+    }
+    struct af_engine_params ep = af_engine_default_params();
+    ep.n_threads = o->threads;
+    ep.n_ctx = 4096;
+    struct af_engine *e = NULL;
+    if (af_engine_load(path, &ep, &e, err, sizeof err)) {
+        fprintf(stderr, "bench/engine: %s\n", err);
+        return -1;
+    }
+    int64_t nv = af_engine_n_vocab(e);
+    int cap = o->pp > o->prefix + 64 ? o->pp : o->prefix + 64;
+    int32_t *a = malloc((size_t)cap * sizeof *a), *b = malloc((size_t)cap * sizeof *b);
+    uint64_t st = 7;
+    struct af_engine_result r[4];
+    memset(r, 0, sizeof r);
+    int rc = 0;
+    rand_ids(a, 32, nv, &st);
+    rc = gen(e, a, 32, 2, &r[0]); /* warm-up: fault the weights in */
+    rand_ids(a, o->pp, nv, &st);
+    if (!rc)
+        rc = gen(e, a, o->pp, o->tg + 1, &r[1]);
+    rand_ids(a, o->prefix + 64, nv, &st);
+    memcpy(b, a, (size_t)o->prefix * sizeof *a);
+    rand_ids(b + o->prefix, 64, nv, &st);
+    if (!rc)
+        rc = gen(e, a, o->prefix + 64, 1, &r[2]);
+    if (!rc)
+        rc = gen(e, b, o->prefix + 64, 1, &r[3]);
+    if (!rc)
+        printf("| %s | %.1f | %.2f | %.0f ms | %.0f ms (%.1f%%) |\n", type,
+               o->pp / (r[1].prefill_ms / 1000), o->tg / (r[1].decode_ms / 1000), r[2].prefill_ms,
+               r[3].prefill_ms, 100 * r[3].prefill_ms / r[2].prefill_ms);
+    fflush(stdout);
+    for (int i = 0; i < 4; i++)
+        af_engine_result_deinit(&r[i]);
+    free(a);
+    free(b);
+    af_engine_free(e);
+    return rc;
+}
+
+int main(int argc, char **argv)
+{
+    struct opts o = {"F32,F16,Q8_0,Q4_0,Q4_K_M",
+                     "qwen2.5-0.5b",
+                     "/tmp/agentflow-bench",
+                     NULL,
+                     512,
+                     128,
+                     2,
+                     2000};
+    for (int i = 1; i + 1 < argc; i += 2) {
+        if (!strcmp(argv[i], "--types"))
+            snprintf(o.types, sizeof o.types, "%s", argv[i + 1]);
+        else if (!strcmp(argv[i], "-p"))
+            o.pp = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "-n"))
+            o.tg = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "-t"))
+            o.threads = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--prefix"))
+            o.prefix = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--shape"))
+            o.shape = argv[i + 1];
+        else if (!strcmp(argv[i], "--dir"))
+            o.dir = argv[i + 1];
+        else if (!strcmp(argv[i], "--vocab"))
+            o.vocab = argv[i + 1];
+        else {
+            fprintf(stderr, "bench/engine: unknown option %s\n", argv[i]);
+            return 2;
+        }
+    }
+    if (o.pp < 1 || o.tg < 1 || o.threads < 1 || o.prefix < 1)
+        return 2;
+    mkdir(o.dir, 0755);
+    printf("shape %s, %d threads, pp%d / tg%d, prefix %d tokens\n\n", o.shape, o.threads, o.pp,
+           o.tg, o.prefix);
+    printf("| type | prefill tok/s | decode tok/s | prefill %d+64 | 2nd call, shared prefix |\n",
+           o.prefix);
+    printf("|---|---|---|---|---|\n");
+    int rc = 0;
+    for (char *t = strtok(o.types, ","); t; t = strtok(NULL, ","))
+        rc |= one_type(&o, t);
+    return rc ? 1 : 0;
+}
