@@ -62,7 +62,9 @@ void quant_dequantize_row(uint32_t t, const void *src, float *dst, int64_t n);
  * matrix), so `agentflow model quantize` writes what llama-quantize writes. */
 void quant_quantize_row(uint32_t t, const float *src, void *dst, int64_t n);
 
-/* The type activations are converted to before a dot product with a row of type t. */
+/* The type activations are converted to before a dot product with a row of type t: F16 / BF16
+ * for those, Q8_K for the K-quants, Q8_0 for the 32-blocks (Q4_1 / Q5_1 too, where ggml uses
+ * Q8_1: same quants, the block sum is computed exactly instead of stored in fp16), else F32. */
 uint32_t quant_vec_dot_type(uint32_t t);
 /* Converts n activations to quant_vec_dot_type(t) (dst holds quant_row_bytes of that type). */
 void quant_prepare_act(uint32_t t, const float *src, void *dst, int64_t n);

@@ -1,0 +1,119 @@
+/*
+ * bench/quant.c - single-thread GFLOP/s of quant_matmul per tensor type and ISA.
+ *
+ * The weight is the Qwen2.5-0.5B ffn_down shape: 896 rows of k = 4864 (a multiple of 256, so
+ * the K-quants run on it too), random gaussian values; activations are m = 1 (decode) and
+ * m = 64 (prefill) tokens prepared with quant_prepare_act. GFLOP/s = 2 * rows * k * m / time.
+ * The last column estimates prefill tokens/s on 2 threads for the 0.5B model's 0.716 GFLOP
+ * of non-embedding matmuls per token (2 * m64 GFLOP/s / 0.716), and "GB/s" the weight bytes
+ * streamed per second at m = 1. Times are the thread's CPU time (robust on a shared machine).
+ *
+ *   build/release/bench/quant [--min-ms 300] [--isa ref|avx2|avx512] [--type Q4_0]
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/clock.h"
+#include "engine/quant.h"
+
+#define ROWS 896
+#define K 4864
+#define GFLOP_PER_TOKEN 0.716
+
+static const uint32_t types[] = {
+    GGML_TYPE_F32,  GGML_TYPE_F16,  GGML_TYPE_BF16, GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_Q4_1,
+    GGML_TYPE_Q5_0, GGML_TYPE_Q5_1, GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K,
+};
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15u;
+
+static float rng_gauss(void)
+{
+    double s = 0;
+    for (int i = 0; i < 4; i++) {
+        rng_state ^= rng_state << 13;
+        rng_state ^= rng_state >> 7;
+        rng_state ^= rng_state << 17;
+        s += (double)(rng_state >> 11) * 0x1.0p-53 - 0.5;
+    }
+    return (float)(s * 1.7320508);
+}
+
+/* Seconds per call of quant_matmul, repeated until min_ms have passed. */
+static double time_matmul(uint32_t t, const void *W, const void *X, int64_t m, float *out,
+                          double min_ms)
+{
+    int reps = 0;
+    double t0 = af_clock_thread_cpu_ms(), el;
+    do {
+        quant_matmul(t, W, K, X, m, out, ROWS, 0, ROWS);
+        reps++;
+        el = af_clock_thread_cpu_ms() - t0;
+    } while (el < min_ms);
+    return el / 1000.0 / reps;
+}
+
+static void bench_type(uint32_t t, const char *isa, const float *fw, const float *fx, double min_ms)
+{
+    size_t wb = quant_row_bytes(t, K), xb = quant_row_bytes(quant_vec_dot_type(t), K);
+    uint8_t *W = malloc(wb * ROWS), *X = malloc(xb * 64);
+    float *out = malloc(sizeof(float) * ROWS * 64);
+    if (!W || !X || !out) {
+        fprintf(stderr, "out of memory\n");
+        exit(1);
+    }
+    for (int r = 0; r < ROWS; r++)
+        quant_quantize_row(t, fw + (size_t)r * K, W + (size_t)r * wb, K);
+    for (int j = 0; j < 64; j++)
+        quant_prepare_act(t, fx + (size_t)j * K, X + (size_t)j * xb, K);
+    double s1 = time_matmul(t, W, X, 1, out, min_ms);
+    double s64 = time_matmul(t, W, X, 64, out, min_ms);
+    double g1 = 2.0 * ROWS * K / s1 / 1e9, g64 = 2.0 * ROWS * K * 64 / s64 / 1e9;
+    printf("%-5s %-7s %9.2f %9.2f %9.2f %11.0f\n", quant_type_name(t), isa, g1,
+           (double)(wb * ROWS) / s1 / 1e9, g64, 2.0 * g64 / GFLOP_PER_TOKEN);
+    fflush(stdout);
+    free(W);
+    free(X);
+    free(out);
+}
+
+int main(int argc, char **argv)
+{
+    double min_ms = 300;
+    const char *only_isa = NULL, *only_type = NULL;
+    for (int i = 1; i + 1 < argc; i += 2) {
+        if (!strcmp(argv[i], "--min-ms"))
+            min_ms = atof(argv[i + 1]);
+        else if (!strcmp(argv[i], "--isa"))
+            only_isa = argv[i + 1];
+        else if (!strcmp(argv[i], "--type"))
+            only_type = argv[i + 1];
+    }
+    float *fw = malloc(sizeof(float) * ROWS * K), *fx = malloc(sizeof(float) * 64 * K);
+    if (!fw || !fx)
+        return 1;
+    for (size_t i = 0; i < (size_t)ROWS * K; i++)
+        fw[i] = 0.02f * rng_gauss();
+    for (size_t i = 0; i < (size_t)64 * K; i++)
+        fx[i] = rng_gauss();
+    printf("quant_matmul, W %d x %d, 1 thread (auto ISA: %s)\n", ROWS, K, quant_isa());
+    printf("%-5s %-7s %9s %9s %9s %11s\n", "type", "isa", "GF/s m=1", "GB/s m=1", "GF/s m64",
+           "tok/s 2thr");
+    static const char *isas[] = {"ref", "avx2", "avx512"};
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+        if (only_type && quant_type_from_name(only_type) != (int)types[ti])
+            continue;
+        for (size_t ii = 0; ii < 3; ii++) {
+            if ((only_isa && strcmp(only_isa, isas[ii])) || quant_set_isa(isas[ii]) != 0)
+                continue;
+            bench_type(types[ti], isas[ii], fw, fx, min_ms);
+        }
+    }
+    (void)quant_set_isa("auto");
+    free(fw);
+    free(fx);
+    return 0;
+}

@@ -1,0 +1,727 @@
+/*
+ * quant_avx2.c - AVX2 + FMA + F16C kernels: vec_dot for F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0,
+ * Q5_1, Q4_K, Q5_K, Q6_K; register-tiled prefill matmuls (2 weight rows x 4 tokens) for Q8_0 /
+ * Q4_0 / Q5_0 and (1 row x 4 tokens, weights unpacked once per block) for Q4_K / Q5_K / Q6_K.
+ *
+ * Every function carries AF_TARGET_AVX2 (no per-file flags): the dispatcher only calls into this
+ * file when __builtin_cpu_supports says the CPU has these extensions. Integer dots use the
+ * sign trick (|w| * sign(x, w) through maddubs), so per-block sums are exact and only the float
+ * accumulation order differs from quant_ref.c.
+ */
+#include <string.h>
+
+#include "engine/quant.h"
+#include "engine/quant_int.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#include <immintrin.h>
+
+#define AF_TARGET_AVX2 __attribute__((target("avx2,fma,f16c")))
+/* Forces inlining so each caller gets a copy specialised on its constant type argument. */
+#define AF_INLINE inline __attribute__((always_inline))
+
+int quant_avx2_usable(void)
+{
+    __builtin_cpu_init();
+    unsigned a, b, c, d;
+    /* F16C is CPUID.1:ECX bit 29 (clang's __builtin_cpu_supports has no "f16c") */
+    if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & (1u << 29)))
+        return 0;
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+}
+
+AF_TARGET_AVX2 static inline float hsum8(__m256 v)
+{
+    __m128 r = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    r = _mm_add_ps(r, _mm_movehl_ps(r, r));
+    r = _mm_add_ss(r, _mm_movehdup_ps(r));
+    return _mm_cvtss_f32(r);
+}
+
+AF_TARGET_AVX2 static inline float h2f(uint16_t h)
+{
+    return _cvtsh_ss(h);
+}
+
+AF_TARGET_AVX2 static inline __m256i load32(const void *p)
+{
+    return _mm256_loadu_si256((const __m256i *)p);
+}
+
+/* 8 int32 lanes of sum w*x over groups of 4 bytes (lanes 0-3: bytes 0-15). */
+AF_TARGET_AVX2 static inline __m256i dot_i8(__m256i w, __m256i x)
+{
+    const __m256i p = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w));
+    return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
+}
+
+/* The 32 nibbles of a Q4_0 block as signed bytes in [-8, 7], element order. */
+AF_TARGET_AVX2 static inline __m256i unpack_q4_0(const uint8_t *qs)
+{
+    const __m128i t = _mm_loadu_si128((const __m128i *)qs);
+    const __m256i b = _mm256_set_m128i(_mm_srli_epi16(t, 4), t);
+    return _mm256_sub_epi8(_mm256_and_si256(b, _mm256_set1_epi8(0xF)), _mm256_set1_epi8(8));
+}
+
+/* 32 bits to 32 bytes of 0x00 / 0xFF. */
+AF_TARGET_AVX2 static inline __m256i bits_to_bytes(const uint8_t *p)
+{
+    uint32_t u;
+    memcpy(&u, p, 4);
+    const __m256i shuf =
+        _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0);
+    __m256i b = _mm256_shuffle_epi8(_mm256_set1_epi32((int)u), shuf);
+    b = _mm256_or_si256(b, _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe));
+    return _mm256_cmpeq_epi8(b, _mm256_set1_epi64x(-1));
+}
+
+/* Q5_0: nibble | bit4 << 4, minus 16: [-16, 15]. */
+AF_TARGET_AVX2 static inline __m256i unpack_q5_0(const struct blk_q5_0 *b)
+{
+    const __m128i t = _mm_loadu_si128((const __m128i *)b->qs);
+    __m256i q = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(t, 4), t), _mm256_set1_epi8(0xF));
+    /* bytes where the high bit is 0 get -16 (0xF0 | q == q - 16) */
+    const __m256i hi0 = _mm256_andnot_si256(bits_to_bytes(b->qh), _mm256_set1_epi8((char)0xF0));
+    return _mm256_or_si256(q, hi0);
+}
+
+/* ---- float types ------------------------------------------------------------------------- */
+
+AF_TARGET_AVX2 static float dot_f32(int64_t n, const void *w, const void *x)
+{
+    const float *a = w, *b = x;
+    __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
+        s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), s1);
+        s2 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 16), _mm256_loadu_ps(b + i + 16), s2);
+        s3 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 24), _mm256_loadu_ps(b + i + 24), s3);
+    }
+    for (; i + 8 <= n; i += 8)
+        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
+    float s = hsum8(_mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3)));
+    for (; i < n; i++)
+        s += a[i] * b[i];
+    return s;
+}
+
+AF_TARGET_AVX2 static inline __m256 load_f16(const uint16_t *p)
+{
+    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
+}
+
+AF_TARGET_AVX2 static inline __m256 load_bf16(const uint16_t *p)
+{
+    const __m256i v = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+}
+
+AF_TARGET_AVX2 static float dot_f16(int64_t n, const void *w, const void *x)
+{
+    const uint16_t *a = w, *b = x;
+    __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        s0 = _mm256_fmadd_ps(load_f16(a + i), load_f16(b + i), s0);
+        s1 = _mm256_fmadd_ps(load_f16(a + i + 8), load_f16(b + i + 8), s1);
+        s2 = _mm256_fmadd_ps(load_f16(a + i + 16), load_f16(b + i + 16), s2);
+        s3 = _mm256_fmadd_ps(load_f16(a + i + 24), load_f16(b + i + 24), s3);
+    }
+    for (; i + 8 <= n; i += 8)
+        s0 = _mm256_fmadd_ps(load_f16(a + i), load_f16(b + i), s0);
+    float s = hsum8(_mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3)));
+    for (; i < n; i++)
+        s += h2f(a[i]) * h2f(b[i]);
+    return s;
+}
+
+AF_TARGET_AVX2 static float dot_bf16(int64_t n, const void *w, const void *x)
+{
+    const uint16_t *a = w, *b = x;
+    __m256 s0 = _mm256_setzero_ps(), s1 = s0;
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        s0 = _mm256_fmadd_ps(load_bf16(a + i), load_bf16(b + i), s0);
+        s1 = _mm256_fmadd_ps(load_bf16(a + i + 8), load_bf16(b + i + 8), s1);
+    }
+    for (; i + 8 <= n; i += 8)
+        s0 = _mm256_fmadd_ps(load_bf16(a + i), load_bf16(b + i), s0);
+    float s = hsum8(_mm256_add_ps(s0, s1));
+    for (; i < n; i++)
+        s += quant_bf16_to_f32(a[i]) * quant_bf16_to_f32(b[i]);
+    return s;
+}
+
+/* ---- 32-blocks against Q8_0 -------------------------------------------------------------- */
+
+AF_TARGET_AVX2 static float dot_q8_0(int64_t n, const void *w, const void *x)
+{
+    const struct blk_q8_0 *a = w, *b = x;
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0;
+    int64_t nb = n / QK, i = 0;
+    for (; i + 2 <= nb; i += 2) {
+        const __m256 p0 = _mm256_cvtepi32_ps(dot_i8(load32(a[i].qs), load32(b[i].qs)));
+        const __m256 p1 = _mm256_cvtepi32_ps(dot_i8(load32(a[i + 1].qs), load32(b[i + 1].qs)));
+        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(h2f(a[i].d) * h2f(b[i].d)), p0, acc0);
+        acc1 = _mm256_fmadd_ps(_mm256_set1_ps(h2f(a[i + 1].d) * h2f(b[i + 1].d)), p1, acc1);
+    }
+    for (; i < nb; i++) {
+        const __m256 p0 = _mm256_cvtepi32_ps(dot_i8(load32(a[i].qs), load32(b[i].qs)));
+        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(h2f(a[i].d) * h2f(b[i].d)), p0, acc0);
+    }
+    return hsum8(_mm256_add_ps(acc0, acc1));
+}
+
+AF_TARGET_AVX2 static float dot_q4_0(int64_t n, const void *w, const void *x)
+{
+    const struct blk_q4_0 *a = w;
+    const struct blk_q8_0 *b = x;
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0;
+    int64_t nb = n / QK, i = 0;
+    for (; i + 2 <= nb; i += 2) {
+        const __m256 p0 = _mm256_cvtepi32_ps(dot_i8(unpack_q4_0(a[i].qs), load32(b[i].qs)));
+        const __m256 p1 = _mm256_cvtepi32_ps(dot_i8(unpack_q4_0(a[i + 1].qs), load32(b[i + 1].qs)));
+        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(h2f(a[i].d) * h2f(b[i].d)), p0, acc0);
+        acc1 = _mm256_fmadd_ps(_mm256_set1_ps(h2f(a[i + 1].d) * h2f(b[i + 1].d)), p1, acc1);
+    }
+    for (; i < nb; i++) {
+        const __m256 p0 = _mm256_cvtepi32_ps(dot_i8(unpack_q4_0(a[i].qs), load32(b[i].qs)));
+        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(h2f(a[i].d) * h2f(b[i].d)), p0, acc0);
+    }
+    return hsum8(_mm256_add_ps(acc0, acc1));
+}
+
+AF_TARGET_AVX2 static float dot_q5_0(int64_t n, const void *w, const void *x)
+{
+    const struct blk_q5_0 *a = w;
+    const struct blk_q8_0 *b = x;
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / QK; i++) {
+        const __m256 p = _mm256_cvtepi32_ps(dot_i8(unpack_q5_0(&a[i]), load32(b[i].qs)));
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(h2f(a[i].d) * h2f(b[i].d)), p, acc);
+    }
+    return hsum8(acc);
+}
+
+/* Q4_1 / Q5_1 (unsigned levels + min) against Q8_0: d*dy*sum(q*y) + m*dy*sum(y). */
+AF_TARGET_AVX2 static AF_INLINE float dot_x_1(int64_t n, const void *w, const void *x, int five)
+{
+    const struct blk_q8_0 *b = x;
+    const __m256i ones16 = _mm256_set1_epi16(1), ones8 = _mm256_set1_epi8(1);
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / QK; i++) {
+        const uint8_t *qs;
+        uint16_t d16, m16;
+        __m256i hib = _mm256_setzero_si256();
+        if (five) {
+            const struct blk_q5_1 *a = (const struct blk_q5_1 *)w + i;
+            qs = a->qs, d16 = a->d, m16 = a->m;
+            hib = _mm256_and_si256(bits_to_bytes(a->qh), _mm256_set1_epi8(0x10));
+        } else {
+            const struct blk_q4_1 *a = (const struct blk_q4_1 *)w + i;
+            qs = a->qs, d16 = a->d, m16 = a->m;
+        }
+        const __m128i t = _mm_loadu_si128((const __m128i *)qs);
+        __m256i q =
+            _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(t, 4), t), _mm256_set1_epi8(0xF));
+        q = _mm256_or_si256(q, hib);
+        const __m256i y = load32(b[i].qs);
+        const __m256i pq = _mm256_madd_epi16(_mm256_maddubs_epi16(q, y), ones16);
+        const __m256i py = _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, y), ones16);
+        const float dy = h2f(b[i].d);
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(h2f(d16) * dy), _mm256_cvtepi32_ps(pq), acc);
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(h2f(m16) * dy), _mm256_cvtepi32_ps(py), acc);
+    }
+    return hsum8(acc);
+}
+
+AF_TARGET_AVX2 static float dot_q4_1(int64_t n, const void *w, const void *x)
+{
+    return dot_x_1(n, w, x, 0);
+}
+
+AF_TARGET_AVX2 static float dot_q5_1(int64_t n, const void *w, const void *x)
+{
+    return dot_x_1(n, w, x, 1);
+}
+
+/* ---- tiled matmul for the 32-blocks: TILE_R weight rows x TILE_X tokens per register tile - */
+
+#ifndef TILE_R
+#define TILE_R 2
+#endif
+#ifndef TILE_X
+#define TILE_X 4
+#endif
+
+/* Weight block b of row w as signed bytes, and its scale. */
+AF_TARGET_AVX2 static AF_INLINE __m256i wblock(uint32_t t, const void *w, int64_t b, float *d)
+{
+    if (t == GGML_TYPE_Q8_0) {
+        const struct blk_q8_0 *p = (const struct blk_q8_0 *)w + b;
+        *d = h2f(p->d);
+        return load32(p->qs);
+    }
+    if (t == GGML_TYPE_Q4_0) {
+        const struct blk_q4_0 *p = (const struct blk_q4_0 *)w + b;
+        *d = h2f(p->d);
+        return unpack_q4_0(p->qs);
+    }
+    const struct blk_q5_0 *p = (const struct blk_q5_0 *)w + b;
+    *d = h2f(p->d);
+    return unpack_q5_0(p);
+}
+
+/* out[c * ldo + r] for nr rows of w (wbytes apart) and nx tokens of x; nr <= TILE_R and
+ * nx <= TILE_X are constants at every call, so the loops unroll into registers. */
+AF_TARGET_AVX2 static AF_INLINE void tile_32(uint32_t t, int nr, int nx, const uint8_t *w,
+                                             size_t wbytes, int64_t nb, const uint8_t *x,
+                                             size_t xbytes, float *out, int64_t ldo)
+{
+    __m256 acc[TILE_R][TILE_X];
+    for (int r = 0; r < nr; r++)
+        for (int c = 0; c < nx; c++)
+            acc[r][c] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        __m256i q[TILE_R], aq[TILE_R];
+        __m256 dwv[TILE_R];
+        for (int r = 0; r < nr; r++) {
+            float dw;
+            q[r] = wblock(t, w + (size_t)r * wbytes, b, &dw);
+            aq[r] = _mm256_sign_epi8(q[r], q[r]);
+            dwv[r] = _mm256_set1_ps(dw);
+        }
+        for (int c = 0; c < nx; c++) {
+            const struct blk_q8_0 *xb = (const struct blk_q8_0 *)(x + (size_t)c * xbytes) + b;
+            const __m256i y = load32(xb->qs);
+            const __m256 dxv = _mm256_set1_ps(h2f(xb->d));
+            for (int r = 0; r < nr; r++) {
+                __m256i p = _mm256_maddubs_epi16(aq[r], _mm256_sign_epi8(y, q[r]));
+                p = _mm256_madd_epi16(p, _mm256_set1_epi16(1));
+                acc[r][c] =
+                    _mm256_fmadd_ps(_mm256_mul_ps(dwv[r], dxv), _mm256_cvtepi32_ps(p), acc[r][c]);
+            }
+        }
+    }
+    for (int r = 0; r < nr; r++)
+        for (int c = 0; c < nx; c++)
+            out[c * ldo + r] = hsum8(acc[r][c]);
+}
+
+/* Row groups of TILE_R (then single rows) x token groups of TILE_X (then single tokens). The
+ * weight rows of a group stay in L1 while every token passes over them. */
+AF_TARGET_AVX2 static AF_INLINE void matmul_32(uint32_t t, const void *W, size_t wbytes, int64_t k,
+                                               const void *X, size_t xbytes, int64_t m, float *out,
+                                               int64_t ldo, int64_t r0, int64_t r1)
+{
+    const uint8_t *Wb = W, *Xb = X;
+    const int64_t nb = k / QK;
+    int64_t r = r0;
+    for (; r + TILE_R <= r1; r += TILE_R) {
+        const uint8_t *w = Wb + (size_t)r * wbytes;
+        int64_t j = 0;
+        for (; j + TILE_X <= m; j += TILE_X)
+            tile_32(t, TILE_R, TILE_X, w, wbytes, nb, Xb + (size_t)j * xbytes, xbytes,
+                    out + j * ldo + r, ldo);
+        for (; j < m; j++)
+            tile_32(t, TILE_R, 1, w, wbytes, nb, Xb + (size_t)j * xbytes, xbytes, out + j * ldo + r,
+                    ldo);
+    }
+    for (; r < r1; r++) {
+        const uint8_t *w = Wb + (size_t)r * wbytes;
+        int64_t j = 0;
+        for (; j + TILE_X <= m; j += TILE_X)
+            tile_32(t, 1, TILE_X, w, wbytes, nb, Xb + (size_t)j * xbytes, xbytes, out + j * ldo + r,
+                    ldo);
+        for (; j < m; j++)
+            tile_32(t, 1, 1, w, wbytes, nb, Xb + (size_t)j * xbytes, xbytes, out + j * ldo + r,
+                    ldo);
+    }
+}
+
+AF_TARGET_AVX2 static void matmul_q8_0(const void *W, size_t wbytes, int64_t k, const void *X,
+                                       size_t xbytes, int64_t m, float *out, int64_t ldo,
+                                       int64_t r0, int64_t r1)
+{
+    if (m == 1) /* decode: the 2-accumulator dot streams the weights faster */
+        quant_matmul_loop(dot_q8_0, W, wbytes, k, X, xbytes, m, out, ldo, r0, r1);
+    else
+        matmul_32(GGML_TYPE_Q8_0, W, wbytes, k, X, xbytes, m, out, ldo, r0, r1);
+}
+
+AF_TARGET_AVX2 static void matmul_q4_0(const void *W, size_t wbytes, int64_t k, const void *X,
+                                       size_t xbytes, int64_t m, float *out, int64_t ldo,
+                                       int64_t r0, int64_t r1)
+{
+    if (m == 1) /* decode: the 2-accumulator dot streams the weights faster */
+        quant_matmul_loop(dot_q4_0, W, wbytes, k, X, xbytes, m, out, ldo, r0, r1);
+    else
+        matmul_32(GGML_TYPE_Q4_0, W, wbytes, k, X, xbytes, m, out, ldo, r0, r1);
+}
+
+AF_TARGET_AVX2 static void matmul_q5_0(const void *W, size_t wbytes, int64_t k, const void *X,
+                                       size_t xbytes, int64_t m, float *out, int64_t ldo,
+                                       int64_t r0, int64_t r1)
+{
+    if (m == 1) /* decode: the 2-accumulator dot streams the weights faster */
+        quant_matmul_loop(dot_q5_0, W, wbytes, k, X, xbytes, m, out, ldo, r0, r1);
+    else
+        matmul_32(GGML_TYPE_Q5_0, W, wbytes, k, X, xbytes, m, out, ldo, r0, r1);
+}
+
+/* ---- K-quants against Q8_K --------------------------------------------------------------- */
+
+/* The 12 packed scale bytes of a Q4_K / Q5_K block as 8 scales (bytes 0-7) and 8 mins
+ * (bytes 8-15), as ggml's kmask unpacking. */
+AF_TARGET_AVX2 static inline __m128i k4_unpack_scales(const uint8_t *packed)
+{
+    uint32_t u[4];
+    memcpy(u, packed, 12);
+    const uint32_t m1 = 0x3f3f3f3f, m2 = 0x0f0f0f0f, m3 = 0x03030303;
+    u[3] = ((u[2] >> 4) & m2) | (((u[1] >> 6) & m3) << 4);
+    const uint32_t mins_lo = u[1] & m1;
+    u[1] = (u[2] & m2) | (((u[0] >> 6) & m3) << 4);
+    u[2] = mins_lo;
+    u[0] &= m1;
+    return _mm_loadu_si128((const __m128i *)u);
+}
+
+/* int16 vector of scale s (0..7) from 8 int16 scales held in both 128-bit lanes. */
+AF_TARGET_AVX2 static AF_INLINE __m256i k4_scale_bcast(__m256i sc16, int s)
+{
+    return _mm256_shuffle_epi8(sc16, _mm256_set1_epi16((short)(((2 * s + 1) << 8) | (2 * s))));
+}
+
+/* Moves bit `bit` (0..7) of every byte of v to bit 4 (other bits are garbage). */
+AF_TARGET_AVX2 static AF_INLINE __m256i bit_to_4(__m256i v, int bit)
+{
+    return bit <= 4 ? _mm256_slli_epi16(v, 4 - bit) : _mm256_srli_epi16(v, bit - 4);
+}
+
+/* The min term of one Q4_K / Q5_K block, laid out as ggml's AVX2 kernel does (pairs of
+ * sub-blocks summed in integers, 4 lanes), so our float rounding follows the reference logits:
+ * activations are re-rounded to 8 bits at every layer, so a different summation order shows up
+ * as flipped int8 values and, over 100 tokens, as logit differences of 0.1. */
+AF_TARGET_AVX2 static AF_INLINE __m128i k4_min_prod(__m128i scm, const int16_t *bsums)
+{
+    const __m256i bs = load32(bsums);
+    const __m128i q8s = _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1));
+    return _mm_madd_epi16(_mm_cvtepu8_epi16(_mm_unpackhi_epi64(scm, scm)), q8s);
+}
+
+AF_TARGET_AVX2 static AF_INLINE float hsum4(__m128 r)
+{
+    r = _mm_add_ps(r, _mm_movehl_ps(r, r));
+    r = _mm_add_ss(r, _mm_movehdup_ps(r));
+    return _mm_cvtss_f32(r);
+}
+
+/* Q4_K / Q5_K against Q8_K: d * sum_j sc_j * dot_j - dmin * sum_j m_j * bsum_j. */
+AF_TARGET_AVX2 static AF_INLINE float dot_k4(int64_t n, const void *w, const void *x, int five)
+{
+    const struct blk_q8_k *b = x;
+    const __m256i m4 = _mm256_set1_epi8(0xF);
+    __m256 acc = _mm256_setzero_ps();
+    __m128 accm = _mm_setzero_ps();
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        const uint8_t *scales, *qs, *qhp = NULL;
+        uint16_t d16, dmin16;
+        if (five) {
+            const struct blk_q5_k *a = (const struct blk_q5_k *)w + i;
+            scales = a->scales, qs = a->qs, qhp = a->qh, d16 = a->d, dmin16 = a->dmin;
+        } else {
+            const struct blk_q4_k *a = (const struct blk_q4_k *)w + i;
+            scales = a->scales, qs = a->qs, d16 = a->d, dmin16 = a->dmin;
+        }
+        const __m128i scm = k4_unpack_scales(scales);
+        accm = _mm_fmadd_ps(_mm_set1_ps(-b[i].d * h2f(dmin16)),
+                            _mm_cvtepi32_ps(k4_min_prod(scm, b[i].bsums)), accm);
+        const __m256i sc16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(scm));
+        const __m256i qh = qhp ? load32(qhp) : _mm256_setzero_si256();
+        __m256i sumi = _mm256_setzero_si256();
+        for (int j = 0; j < 4; j++) {
+            const __m256i q = load32(qs + 32 * j);
+            __m256i lo = _mm256_and_si256(q, m4);
+            __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+            if (five) {
+                const __m256i b16 = _mm256_set1_epi8(16);
+                lo = _mm256_or_si256(lo, _mm256_and_si256(bit_to_4(qh, 2 * j), b16));
+                hi = _mm256_or_si256(hi, _mm256_and_si256(bit_to_4(qh, 2 * j + 1), b16));
+            }
+            const __m256i plo = _mm256_maddubs_epi16(lo, load32(b[i].qs + 64 * j));
+            const __m256i phi = _mm256_maddubs_epi16(hi, load32(b[i].qs + 64 * j + 32));
+            sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(plo, k4_scale_bcast(sc16, 2 * j)));
+            sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(phi, k4_scale_bcast(sc16, 2 * j + 1)));
+        }
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(b[i].d * h2f(d16)), _mm256_cvtepi32_ps(sumi), acc);
+    }
+    return hsum8(acc) + hsum4(accm);
+}
+
+AF_TARGET_AVX2 static float dot_q4_k(int64_t n, const void *w, const void *x)
+{
+    return dot_k4(n, w, x, 0);
+}
+
+AF_TARGET_AVX2 static float dot_q5_k(int64_t n, const void *w, const void *x)
+{
+    return dot_k4(n, w, x, 1);
+}
+
+/* The 8 scales of one Q6_K half as int16, in both 128-bit lanes. */
+AF_TARGET_AVX2 static AF_INLINE __m256i q6k_scales(const int8_t *sc8)
+{
+    return _mm256_broadcastsi128_si256(_mm_cvtepi8_epi16(_mm_loadl_epi64((const __m128i *)sc8)));
+}
+
+/* int16 vector of scale 2g in the low 128-bit lane and scale 2g + 1 in the high lane. */
+AF_TARGET_AVX2 static AF_INLINE __m256i q6k_scale_pair(__m256i sc16, int g)
+{
+    const short lo = (short)(((4 * g + 1) << 8) | (4 * g));
+    const short hi = (short)(((4 * g + 3) << 8) | (4 * g + 2));
+    return _mm256_shuffle_epi8(sc16, _mm256_set_m128i(_mm_set1_epi16(hi), _mm_set1_epi16(lo)));
+}
+
+/* The 4 x 32 six-bit levels (0..63) of one 128-element half of a Q6_K block. */
+AF_TARGET_AVX2 static AF_INLINE void q6k_unpack(const uint8_t *ql, const uint8_t *qhp, __m256i *q)
+{
+    const __m256i m4 = _mm256_set1_epi8(0xF), m3 = _mm256_set1_epi8(3);
+    const __m256i l0 = load32(ql), l1 = load32(ql + 32), qh = load32(qhp);
+    q[0] =
+        _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_slli_epi16(_mm256_and_si256(qh, m3), 4));
+    q[1] = _mm256_or_si256(_mm256_and_si256(l1, m4),
+                           _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), m3), 4));
+    q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
+                           _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), m3), 4));
+    q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
+                           _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), m3), 4));
+}
+
+/* 32 * sum_j sc_j * bsums_j over the 16 sub-blocks, as 8 int32 lanes (sum them for the total). */
+AF_TARGET_AVX2 static AF_INLINE __m256i q6k_offset(const struct blk_q6_k *a,
+                                                   const struct blk_q8_k *y)
+{
+    const __m256i sc = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)a->scales));
+    return _mm256_slli_epi32(_mm256_madd_epi16(load32(y->bsums), sc), 5);
+}
+
+AF_TARGET_AVX2 static float dot_q6_k(int64_t n, const void *w, const void *x)
+{
+    const struct blk_q6_k *a = w;
+    const struct blk_q8_k *b = x;
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        /* levels are stored + 32: subtract 32 * sum_j sc_j * bsum_j once per block */
+        __m256i sumi = _mm256_sub_epi32(_mm256_setzero_si256(), q6k_offset(&a[i], &b[i]));
+        for (int h = 0; h < 2; h++) {
+            const uint8_t *ql = a[i].ql + 64 * h;
+            const __m256i sc16 = q6k_scales(a[i].scales + 8 * h);
+            const int8_t *y = b[i].qs + 128 * h;
+            __m256i q[4];
+            q6k_unpack(ql, a[i].qh + 32 * h, q);
+            for (int g = 0; g < 4; g++) {
+                const __m256i p = _mm256_maddubs_epi16(q[g], load32(y + 32 * g));
+                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, q6k_scale_pair(sc16, g)));
+            }
+        }
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(b[i].d * h2f(a[i].d)), _mm256_cvtepi32_ps(sumi), acc);
+    }
+    return hsum8(acc);
+}
+
+/* ---- K-quant prefill: 1 weight row x KT_X tokens, the weight unpacked once per block ----- */
+
+#define KT_X 4
+
+/* Q4_K / Q5_K row w against nx tokens; out[c * ldo]. */
+AF_TARGET_AVX2 static AF_INLINE void tile_k4(int five, int nx, const uint8_t *w, int64_t nb,
+                                             const uint8_t *x, size_t xbytes, float *out,
+                                             int64_t ldo)
+{
+    const __m256i m4 = _mm256_set1_epi8(0xF), b16 = _mm256_set1_epi8(16);
+    __m256 acc[KT_X];
+    __m128 accm[KT_X];
+    for (int c = 0; c < nx; c++) {
+        acc[c] = _mm256_setzero_ps();
+        accm[c] = _mm_setzero_ps();
+    }
+    for (int64_t i = 0; i < nb; i++) {
+        const uint8_t *scales, *qs, *qhp = NULL;
+        uint16_t d16, dmin16;
+        if (five) {
+            const struct blk_q5_k *a = (const struct blk_q5_k *)w + i;
+            scales = a->scales, qs = a->qs, qhp = a->qh, d16 = a->d, dmin16 = a->dmin;
+        } else {
+            const struct blk_q4_k *a = (const struct blk_q4_k *)w + i;
+            scales = a->scales, qs = a->qs, d16 = a->d, dmin16 = a->dmin;
+        }
+        const __m128i scm = k4_unpack_scales(scales);
+        const __m256i sc16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(scm));
+        const __m256i qh = qhp ? load32(qhp) : _mm256_setzero_si256();
+        const struct blk_q8_k *yb[KT_X];
+        __m256i sumi[KT_X];
+        for (int c = 0; c < nx; c++) {
+            yb[c] = (const struct blk_q8_k *)(x + (size_t)c * xbytes) + i;
+            sumi[c] = _mm256_setzero_si256();
+        }
+        for (int j = 0; j < 4; j++) {
+            const __m256i q = load32(qs + 32 * j);
+            __m256i lo = _mm256_and_si256(q, m4);
+            __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+            if (five) {
+                lo = _mm256_or_si256(lo, _mm256_and_si256(bit_to_4(qh, 2 * j), b16));
+                hi = _mm256_or_si256(hi, _mm256_and_si256(bit_to_4(qh, 2 * j + 1), b16));
+            }
+            const __m256i sl = k4_scale_bcast(sc16, 2 * j), sh = k4_scale_bcast(sc16, 2 * j + 1);
+            for (int c = 0; c < nx; c++) {
+                const __m256i plo = _mm256_maddubs_epi16(lo, load32(yb[c]->qs + 64 * j));
+                const __m256i phi = _mm256_maddubs_epi16(hi, load32(yb[c]->qs + 64 * j + 32));
+                sumi[c] = _mm256_add_epi32(sumi[c], _mm256_add_epi32(_mm256_madd_epi16(plo, sl),
+                                                                     _mm256_madd_epi16(phi, sh)));
+            }
+        }
+        const float dw = h2f(d16), dmw = h2f(dmin16);
+        for (int c = 0; c < nx; c++) {
+            accm[c] = _mm_fmadd_ps(_mm_set1_ps(-yb[c]->d * dmw),
+                                   _mm_cvtepi32_ps(k4_min_prod(scm, yb[c]->bsums)), accm[c]);
+            acc[c] =
+                _mm256_fmadd_ps(_mm256_set1_ps(yb[c]->d * dw), _mm256_cvtepi32_ps(sumi[c]), acc[c]);
+        }
+    }
+    for (int c = 0; c < nx; c++)
+        out[c * ldo] = hsum8(acc[c]) + hsum4(accm[c]);
+}
+
+/* Q6_K row w against nx tokens; out[c * ldo]. */
+AF_TARGET_AVX2 static AF_INLINE void tile_q6_k(int nx, const uint8_t *w, int64_t nb,
+                                               const uint8_t *x, size_t xbytes, float *out,
+                                               int64_t ldo)
+{
+    __m256 acc[KT_X];
+    for (int c = 0; c < nx; c++)
+        acc[c] = _mm256_setzero_ps();
+    for (int64_t i = 0; i < nb; i++) {
+        const struct blk_q6_k *a = (const struct blk_q6_k *)w + i;
+        const struct blk_q8_k *yb[KT_X];
+        __m256i sumi[KT_X];
+        for (int c = 0; c < nx; c++) {
+            yb[c] = (const struct blk_q8_k *)(x + (size_t)c * xbytes) + i;
+            sumi[c] = _mm256_sub_epi32(_mm256_setzero_si256(), q6k_offset(a, yb[c]));
+        }
+        for (int h = 0; h < 2; h++) {
+            __m256i q[4];
+            q6k_unpack(a->ql + 64 * h, a->qh + 32 * h, q);
+            const __m256i sc16 = q6k_scales(a->scales + 8 * h);
+            for (int g = 0; g < 4; g++) {
+                const __m256i sp = q6k_scale_pair(sc16, g);
+                for (int c = 0; c < nx; c++) {
+                    const __m256i yv = load32(yb[c]->qs + 128 * h + 32 * g);
+                    const __m256i p = _mm256_maddubs_epi16(q[g], yv);
+                    sumi[c] = _mm256_add_epi32(sumi[c], _mm256_madd_epi16(p, sp));
+                }
+            }
+        }
+        const float dw = h2f(a->d);
+        for (int c = 0; c < nx; c++)
+            acc[c] =
+                _mm256_fmadd_ps(_mm256_set1_ps(yb[c]->d * dw), _mm256_cvtepi32_ps(sumi[c]), acc[c]);
+    }
+    for (int c = 0; c < nx; c++)
+        out[c * ldo] = hsum8(acc[c]);
+}
+
+/* kind: 0 = Q4_K, 1 = Q5_K, 2 = Q6_K. Rows one at a time, tokens KT_X at a time. */
+AF_TARGET_AVX2 static AF_INLINE void matmul_k(int kind, const void *W, size_t wbytes, int64_t k,
+                                              const void *X, size_t xbytes, int64_t m, float *out,
+                                              int64_t ldo, int64_t r0, int64_t r1)
+{
+    const int64_t nb = k / QK_K;
+    for (int64_t r = r0; r < r1; r++) {
+        const uint8_t *w = (const uint8_t *)W + (size_t)r * wbytes;
+        int64_t j = 0;
+        for (; j + KT_X <= m; j += KT_X) {
+            const uint8_t *x = (const uint8_t *)X + (size_t)j * xbytes;
+            if (kind == 2)
+                tile_q6_k(KT_X, w, nb, x, xbytes, out + j * ldo + r, ldo);
+            else
+                tile_k4(kind, KT_X, w, nb, x, xbytes, out + j * ldo + r, ldo);
+        }
+        for (; j < m; j++) {
+            const uint8_t *x = (const uint8_t *)X + (size_t)j * xbytes;
+            if (kind == 2)
+                tile_q6_k(1, w, nb, x, xbytes, out + j * ldo + r, ldo);
+            else
+                tile_k4(kind, 1, w, nb, x, xbytes, out + j * ldo + r, ldo);
+        }
+    }
+}
+
+AF_TARGET_AVX2 static void matmul_q4_k(const void *W, size_t wbytes, int64_t k, const void *X,
+                                       size_t xbytes, int64_t m, float *out, int64_t ldo,
+                                       int64_t r0, int64_t r1)
+{
+    if (m == 1)
+        quant_matmul_loop(dot_q4_k, W, wbytes, k, X, xbytes, m, out, ldo, r0, r1);
+    else
+        matmul_k(0, W, wbytes, k, X, xbytes, m, out, ldo, r0, r1);
+}
+
+AF_TARGET_AVX2 static void matmul_q5_k(const void *W, size_t wbytes, int64_t k, const void *X,
+                                       size_t xbytes, int64_t m, float *out, int64_t ldo,
+                                       int64_t r0, int64_t r1)
+{
+    if (m == 1)
+        quant_matmul_loop(dot_q5_k, W, wbytes, k, X, xbytes, m, out, ldo, r0, r1);
+    else
+        matmul_k(1, W, wbytes, k, X, xbytes, m, out, ldo, r0, r1);
+}
+
+AF_TARGET_AVX2 static void matmul_q6_k(const void *W, size_t wbytes, int64_t k, const void *X,
+                                       size_t xbytes, int64_t m, float *out, int64_t ldo,
+                                       int64_t r0, int64_t r1)
+{
+    if (m == 1)
+        quant_matmul_loop(dot_q6_k, W, wbytes, k, X, xbytes, m, out, ldo, r0, r1);
+    else
+        matmul_k(2, W, wbytes, k, X, xbytes, m, out, ldo, r0, r1);
+}
+
+const struct quant_kernels quant_kernels_avx2 = {
+    .name = "avx2",
+    .vec_dot =
+        {
+            [GGML_TYPE_F32] = dot_f32,
+            [GGML_TYPE_F16] = dot_f16,
+            [GGML_TYPE_BF16] = dot_bf16,
+            [GGML_TYPE_Q4_0] = dot_q4_0,
+            [GGML_TYPE_Q4_1] = dot_q4_1,
+            [GGML_TYPE_Q5_0] = dot_q5_0,
+            [GGML_TYPE_Q5_1] = dot_q5_1,
+            [GGML_TYPE_Q8_0] = dot_q8_0,
+            [GGML_TYPE_Q4_K] = dot_q4_k,
+            [GGML_TYPE_Q5_K] = dot_q5_k,
+            [GGML_TYPE_Q6_K] = dot_q6_k,
+        },
+    .matmul =
+        {
+            [GGML_TYPE_Q4_0] = matmul_q4_0,
+            [GGML_TYPE_Q5_0] = matmul_q5_0,
+            [GGML_TYPE_Q8_0] = matmul_q8_0,
+            [GGML_TYPE_Q4_K] = matmul_q4_k,
+            [GGML_TYPE_Q5_K] = matmul_q5_k,
+            [GGML_TYPE_Q6_K] = matmul_q6_k,
+        },
+};
+
+#else
+
+int quant_avx2_usable(void)
+{
+    return 0;
+}
+
+const struct quant_kernels quant_kernels_avx2 = {.name = "avx2"};
+
+#endif

@@ -1,0 +1,101 @@
+/*
+ * quant_dispatch.c - picks the kernel set (AVX-512 VNNI, AVX2+FMA+F16C or reference) from CPUID
+ * once, merges the per-ISA tables (a NULL entry falls through to the ISA below), and holds the
+ * public vec_dot / matmul entry points.
+ */
+#include <pthread.h>
+#include <string.h>
+
+#include "engine/quant.h"
+#include "engine/quant_int.h"
+
+static struct quant_kernels active;
+static pthread_once_t active_once = PTHREAD_ONCE_INIT;
+
+/* active = ref, overlaid by each table in `layers` (lowest first). */
+static void merge(const struct quant_kernels *const *layers, int n)
+{
+    struct quant_kernels k = quant_kernels_ref;
+    for (int i = 0; i < n; i++) {
+        for (int t = 0; t < GGML_TYPE_COUNT; t++) {
+            if (layers[i]->vec_dot[t])
+                k.vec_dot[t] = layers[i]->vec_dot[t];
+            if (layers[i]->matmul[t] || layers[i]->vec_dot[t])
+                k.matmul[t] = layers[i]->matmul[t];
+        }
+        k.name = layers[i]->name;
+    }
+    active = k;
+}
+
+static int select_isa(const char *name)
+{
+    const struct quant_kernels *layers[2] = {&quant_kernels_avx2, &quant_kernels_avx512};
+    if (!strcmp(name, "auto")) {
+        if (quant_avx512_usable())
+            name = "avx512";
+        else if (quant_avx2_usable())
+            name = "avx2";
+        else
+            name = "ref";
+    }
+    if (!strcmp(name, "ref")) {
+        merge(layers, 0);
+        return 0;
+    }
+    if (!strcmp(name, "avx2") && quant_avx2_usable()) {
+        merge(layers, 1);
+        return 0;
+    }
+    if (!strcmp(name, "avx512") && quant_avx512_usable()) {
+        merge(layers, 2);
+        return 0;
+    }
+    return -1;
+}
+
+static void init_auto(void)
+{
+    (void)select_isa("auto");
+}
+
+static const struct quant_kernels *kernels(void)
+{
+    pthread_once(&active_once, init_auto);
+    return &active;
+}
+
+int quant_set_isa(const char *name)
+{
+    kernels();
+    if (!name)
+        return -1;
+    return select_isa(name);
+}
+
+const char *quant_isa(void)
+{
+    return kernels()->name;
+}
+
+float quant_vec_dot(uint32_t t, int64_t n, const void *w, const void *x)
+{
+    if (t >= GGML_TYPE_COUNT)
+        return 0.0f;
+    quant_vec_dot_fn f = kernels()->vec_dot[t];
+    return f ? f(n, w, x) : 0.0f;
+}
+
+void quant_matmul(uint32_t t, const void *W, int64_t k, const void *X, int64_t m, float *out,
+                  int64_t ldo, int64_t r0, int64_t r1)
+{
+    if (t >= GGML_TYPE_COUNT || !quant_type_supported(t) || r1 <= r0 || m <= 0)
+        return;
+    const struct quant_kernels *ks = kernels();
+    size_t wbytes = quant_row_bytes(t, k);
+    size_t xbytes = quant_row_bytes(quant_vec_dot_type(t), k);
+    if (ks->matmul[t])
+        ks->matmul[t](W, wbytes, k, X, xbytes, m, out, ldo, r0, r1);
+    else if (ks->vec_dot[t])
+        quant_matmul_loop(ks->vec_dot[t], W, wbytes, k, X, xbytes, m, out, ldo, r0, r1);
+}

@@ -1,0 +1,113 @@
+/*
+ * quant_int.h - private to the quant kernels: ggml block layouts and the per-ISA kernel tables.
+ *
+ * Block structs are byte-for-byte ggml-common.h (FP16 scales stored as raw uint16_t). Each ISA
+ * file (quant_ref.c, quant_avx2.c, quant_avx512.c) exports one struct quant_kernels; a NULL entry
+ * means "use the next ISA down" (avx512 -> avx2 -> ref), which quant_dispatch.c resolves once.
+ */
+#ifndef AF_ENGINE_QUANT_INT_H
+#define AF_ENGINE_QUANT_INT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "engine/quant.h"
+
+#define QK 32    /* elements per block of the _0 / _1 types */
+#define QK_K 256 /* elements per K-quant super-block */
+
+struct blk_q4_0 {
+    uint16_t d;
+    uint8_t qs[QK / 2];
+};
+struct blk_q4_1 {
+    uint16_t d, m;
+    uint8_t qs[QK / 2];
+};
+struct blk_q5_0 {
+    uint16_t d;
+    uint8_t qh[4];
+    uint8_t qs[QK / 2];
+};
+struct blk_q5_1 {
+    uint16_t d, m;
+    uint8_t qh[4];
+    uint8_t qs[QK / 2];
+};
+struct blk_q8_0 {
+    uint16_t d;
+    int8_t qs[QK];
+};
+struct blk_q4_k {
+    uint16_t d, dmin;
+    uint8_t scales[12];
+    uint8_t qs[QK_K / 2];
+};
+struct blk_q5_k {
+    uint16_t d, dmin;
+    uint8_t scales[12];
+    uint8_t qh[QK_K / 8];
+    uint8_t qs[QK_K / 2];
+};
+struct blk_q6_k {
+    uint8_t ql[QK_K / 2];
+    uint8_t qh[QK_K / 4];
+    int8_t scales[QK_K / 16];
+    uint16_t d;
+};
+struct blk_q8_k {
+    float d;
+    int8_t qs[QK_K];
+    int16_t bsums[QK_K / 16];
+};
+
+_Static_assert(sizeof(struct blk_q4_0) == 18, "q4_0 size");
+_Static_assert(sizeof(struct blk_q4_1) == 20, "q4_1 size");
+_Static_assert(sizeof(struct blk_q5_0) == 22, "q5_0 size");
+_Static_assert(sizeof(struct blk_q5_1) == 24, "q5_1 size");
+_Static_assert(sizeof(struct blk_q8_0) == 34, "q8_0 size");
+_Static_assert(sizeof(struct blk_q4_k) == 144, "q4_K size");
+_Static_assert(sizeof(struct blk_q5_k) == 176, "q5_K size");
+_Static_assert(sizeof(struct blk_q6_k) == 210, "q6_K size");
+_Static_assert(sizeof(struct blk_q8_k) == 292, "q8_K size");
+
+/* sum_i w[i] * x[i]; w a row of the weight type, x a row of its vec_dot type. */
+typedef float (*quant_vec_dot_fn)(int64_t n, const void *w, const void *x);
+/* out[j * ldo + r] for r in [r0, r1), j in [0, m): rows of W are wbytes apart, rows of X xbytes. */
+typedef void (*quant_matmul_fn)(const void *W, size_t wbytes, int64_t k, const void *X,
+                                size_t xbytes, int64_t m, float *out, int64_t ldo, int64_t r0,
+                                int64_t r1);
+
+struct quant_kernels {
+    const char *name;
+    quant_vec_dot_fn vec_dot[GGML_TYPE_COUNT];
+    quant_matmul_fn matmul[GGML_TYPE_COUNT];
+};
+
+extern const struct quant_kernels quant_kernels_ref;
+extern const struct quant_kernels quant_kernels_avx2;
+extern const struct quant_kernels quant_kernels_avx512;
+
+/* 1 when the CPU runs the ISA's kernels (quant_avx2.c / quant_avx512.c). */
+int quant_avx2_usable(void);
+int quant_avx512_usable(void);
+
+/* The scale / min pair j (0..7) of a Q4_K / Q5_K block's 12 packed bytes. */
+static inline void quant_scale_min_k4(int j, const uint8_t *q, uint8_t *d, uint8_t *m)
+{
+    if (j < 4) {
+        *d = q[j] & 63;
+        *m = q[j + 4] & 63;
+    } else {
+        *d = (uint8_t)((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4));
+        *m = (uint8_t)((q[j + 4] >> 4) | ((q[j - 0] >> 6) << 4));
+    }
+}
+
+/* The reference kernels, also used by the SIMD files for tails and odd shapes. */
+float quant_ref_vec_dot(uint32_t t, int64_t n, const void *w, const void *x);
+/* The generic matmul: a loop of `dot` over every (row, token) pair. */
+void quant_matmul_loop(quant_vec_dot_fn dot, const void *W, size_t wbytes, int64_t k, const void *X,
+                       size_t xbytes, int64_t m, float *out, int64_t ldo, int64_t r0, int64_t r1);
+
+#endif
