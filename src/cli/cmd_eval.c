@@ -5,6 +5,8 @@
  *     summary line.
  *   run --bench LIST --out RUNDIR [...]: runs the benchmarks through the flow (eval/runner.c),
  *     resumably, with the response cache on by default; prints a summary.
+ *   report RUNDIR: writes RUNDIR/report.md, RUNDIR/report.html and RUNDIR/report/items/ from
+ *     RUNDIR/results.jsonl and the traces (eval/report.c).
  *
  * Items are keyed by their index in the data array, never by pid (MedQA repeats pids).
  * Exit codes: 0 ok, 2 usage, 3 back-end error (run), 4 bad input file (missing file, bad JSON
@@ -24,6 +26,7 @@
 #include "core/fileio.h"
 #include "core/jsonx.h"
 #include "eval/dataset.h"
+#include "eval/report.h"
 #include "eval/runner.h"
 
 #define EVAL_PRED_LIMIT ((size_t)1 << 30)
@@ -33,6 +36,8 @@ static void eval_usage(FILE *f)
     fprintf(f, "usage: agentflow eval score --bench NAME --pred FILE.jsonl [--data-dir DIR]\n"
                "       agentflow eval run --bench NAME[,NAME...]|all --out RUNDIR [options]\n"
                "                          (agentflow eval run --help for its options)\n"
+               "       agentflow eval report RUNDIR\n"
+               "                          (agentflow eval report --help for what it writes)\n"
                "\n"
                "Scores each prediction line {\"index\": N, \"answer\": \"...\"} against item N of\n"
                "DIR/NAME/data.json (DIR: --data-dir, else $AGENTFLOW_DATA, else\n"
@@ -595,9 +600,71 @@ out:
     return rc;
 }
 
+/* --- eval report --------------------------------------------------------------------- */
+#define EVAL_REPORT "agentflow eval report"
+
+static void eval_report_usage(FILE *f)
+{
+    fprintf(f,
+            "usage: agentflow eval report RUNDIR\n"
+            "\n"
+            "Reads RUNDIR/results.jsonl (written by agentflow eval run) and the traces it\n"
+            "names, and writes, each atomically:\n"
+            "  RUNDIR/report.md     a table per benchmark: accuracy mean \xC2\xB1 std over trials\n"
+            "                       (rule and judge), items, trials, average steps, tool\n"
+            "                       usage, tokens per module, latency; then all benchmarks\n"
+            "  RUNDIR/report.html   the same tables with inline SVG charts (accuracy, steps,\n"
+            "                       tool usage); self-contained, works offline\n"
+            "  RUNDIR/report/items/BENCH-INDEX-TRIAL.html   one page per run with its whole\n"
+            "                       trace (prompts, responses, tool calls, the answer)\n"
+            "Malformed lines of results.jsonl are skipped and counted (on stderr).\n"
+            "Exit codes: 0 ok, 2 usage, 4 missing RUNDIR or results.jsonl, or a file that\n"
+            "cannot be read or written.\n");
+}
+
+static int cmd_eval_report(int argc, char **argv)
+{
+    const char *rundir = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            eval_report_usage(stdout);
+            return CLI_OK;
+        }
+        if (argv[i][0] == '-' || rundir) {
+            fprintf(stderr, EVAL_REPORT ": unexpected argument \"%s\"\n", argv[i]);
+            eval_report_usage(stderr);
+            return CLI_EUSAGE;
+        }
+        rundir = argv[i];
+    }
+    if (!rundir) {
+        eval_report_usage(stderr);
+        return CLI_EUSAGE;
+    }
+    struct eval_report_info info;
+    char err[2048];
+    if (eval_report_write(rundir, &info, err, sizeof err) != AF_OK) {
+        fprintf(stderr, EVAL_REPORT ": %s\n", err);
+        return CLI_EINPUT;
+    }
+    if (info.n_skipped)
+        fprintf(stderr,
+                EVAL_REPORT ": %s/results.jsonl: skipped %zu malformed or duplicate line(s) "
+                            "(first: line %zu)\n",
+                rundir, info.n_skipped, info.first_bad);
+    printf("wrote %s/report.md, %s/report.html and %zu item page(s) in %s/report/items "
+           "(%zu result line(s), %zu benchmark(s), %zu skipped line(s), %zu run(s) without a "
+           "trace)\n",
+           rundir, rundir, info.n_pages, rundir, info.n_lines, info.n_benches, info.n_skipped,
+           info.n_no_trace);
+    return CLI_OK;
+}
+
 int cmd_eval(int argc, char **argv)
 {
     if (argc >= 2 && strcmp(argv[1], "run") == 0)
         return cmd_eval_run(argc - 1, argv + 1);
+    if (argc >= 2 && strcmp(argv[1], "report") == 0)
+        return cmd_eval_report(argc - 1, argv + 1);
     return cmd_eval_score(argc, argv);
 }
