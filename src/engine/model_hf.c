@@ -195,7 +195,8 @@ static int open_shards(struct model *m, const char *dir, char *err, size_t errle
         }
     }
     closedir(d);
-    qsort(names, n, sizeof *names, by_name);
+    if (n)
+        qsort(names, n, sizeof *names, by_name);
     int rc = n ? AF_OK : AF_ENOTFOUND;
     if (!n)
         af_errf(err, errlen, "%s: no *.safetensors files", dir);
