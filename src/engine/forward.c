@@ -60,6 +60,19 @@ static float *regrow(float *old, int64_t n_layer, int64_t old_cap, int64_t new_c
     return p;
 }
 
+/* Keys are stored transposed, [layer][kv_dim][cap], so the scores of one query against many
+ * positions are plain vertical multiply-adds (see attention()). */
+static float *regrow_rows(float *old, int64_t rows, int64_t old_cap, int64_t new_cap,
+                          int64_t n_used)
+{
+    float *p = af_xmalloc((size_t)(rows * new_cap) * sizeof(float));
+    for (int64_t r = 0; r < rows && old; r++)
+        memcpy(p + (size_t)(r * new_cap), old + (size_t)(r * old_cap),
+               (size_t)n_used * sizeof(float));
+    free(old);
+    return p;
+}
+
 static void kv_seq_reserve(struct kv_seq *s, int64_t need)
 {
     if (need <= s->cap)
@@ -67,7 +80,7 @@ static void kv_seq_reserve(struct kv_seq *s, int64_t need)
     int64_t cap = s->cap ? s->cap : 64;
     while (cap < need)
         cap *= 2;
-    s->k = regrow(s->k, s->n_layer, s->cap, cap, s->kv_dim, s->n);
+    s->k = regrow_rows(s->k, s->n_layer * s->kv_dim, s->cap, cap, s->n);
     s->v = regrow(s->v, s->n_layer, s->cap, cap, s->kv_dim, s->n);
     s->tokens = af_xrealloc(s->tokens, (size_t)cap * sizeof *s->tokens);
     s->cap = cap;
@@ -87,8 +100,10 @@ void kv_seq_copy_prefix(struct kv_seq *dst, const struct kv_seq *src, int64_t n)
     kv_seq_reserve(dst, n);
     for (int64_t l = 0; l < src->n_layer; l++) {
         size_t d = (size_t)(l * dst->cap * dst->kv_dim), o = (size_t)(l * src->cap * src->kv_dim);
-        memcpy(dst->k + d, src->k + o, (size_t)(n * src->kv_dim) * sizeof(float));
         memcpy(dst->v + d, src->v + o, (size_t)(n * src->kv_dim) * sizeof(float));
+        for (int64_t c = 0; c < src->kv_dim; c++)
+            memcpy(dst->k + (size_t)((l * dst->kv_dim + c) * dst->cap),
+                   src->k + (size_t)((l * src->kv_dim + c) * src->cap), (size_t)n * sizeof(float));
     }
     if (n)
         memcpy(dst->tokens, src->tokens, (size_t)n * sizeof *src->tokens);
@@ -255,7 +270,8 @@ static void attention(struct fwd_ctx *c, const struct kv_seq *s, int64_t il, int
     const struct model_hparams *hp = &c->m->hp;
     const int64_t hd = hp->head_dim, nh = hp->n_head, group = hp->n_head / hp->n_head_kv;
     const int64_t kvd = s->kv_dim;
-    const float *K = s->k + (size_t)(il * s->cap * kvd), *V = s->v + (size_t)(il * s->cap * kvd);
+    const int64_t cap = s->cap;
+    const float *K = s->k + (size_t)(il * kvd * cap), *V = s->v + (size_t)(il * cap * kvd);
     const float scale = 1.0f / sqrtf((float)hd);
     const int nt = c->n_threads;
 #pragma omp parallel for num_threads(nt) schedule(dynamic, 1) collapse(2)
@@ -264,13 +280,17 @@ static void attention(struct fwd_ctx *c, const struct kv_seq *s, int64_t il, int
             float *sc = c->scores + (size_t)omp_get_thread_num() * (size_t)c->max_ctx;
             const float *q = c->q + (j * nh + h) * hd;
             const int64_t kvh = h / group, n_keys = pos0 + j + 1;
+            /* Each score sums q[i] * k[i] in order of i, as a scalar loop would; the
+             * vector lanes run over positions. */
+            const float *kt = K + (size_t)(kvh * hd * cap);
+            for (int64_t t = 0; t < n_keys; t++)
+                sc[t] = 0;
+            for (int64_t i = 0; i < hd; i++) {
+                quant_axpy(n_keys, q[i], kt + (size_t)(i * cap), sc);
+            }
             float mx = -INFINITY;
             for (int64_t t = 0; t < n_keys; t++) {
-                const float *k = K + t * kvd + kvh * hd;
-                float d = 0;
-                for (int64_t i = 0; i < hd; i++)
-                    d += q[i] * k[i];
-                sc[t] = d * scale;
+                sc[t] *= scale;
                 mx = sc[t] > mx ? sc[t] : mx;
             }
             double sum = 0;
@@ -283,9 +303,7 @@ static void attention(struct fwd_ctx *c, const struct kv_seq *s, int64_t il, int
             memset(o, 0, (size_t)hd * sizeof *o);
             for (int64_t t = 0; t < n_keys; t++) {
                 const float *v = V + t * kvd + kvh * hd;
-                const float p = sc[t] * inv;
-                for (int64_t i = 0; i < hd; i++)
-                    o[i] += p * v[i];
+                quant_axpy(hd, sc[t] * inv, v, o);
             }
         }
 }
@@ -294,8 +312,11 @@ static void store_kv(struct kv_seq *s, int64_t il, int64_t pos0, int64_t nb, con
                      const float *v)
 {
     size_t off = (size_t)((il * s->cap + pos0) * s->kv_dim);
-    memcpy(s->k + off, k, (size_t)(nb * s->kv_dim) * sizeof(float));
     memcpy(s->v + off, v, (size_t)(nb * s->kv_dim) * sizeof(float));
+    float *kt = s->k + (size_t)(il * s->kv_dim * s->cap);
+    for (int64_t j = 0; j < nb; j++)
+        for (int64_t c = 0; c < s->kv_dim; c++)
+            kt[(size_t)(c * s->cap + pos0 + j)] = k[j * s->kv_dim + c];
 }
 
 static void layer(struct fwd_ctx *c, struct kv_seq *s, int64_t il, int64_t pos0, int64_t nb)

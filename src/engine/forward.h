@@ -22,7 +22,8 @@ struct kv_seq {
     int64_t n;   /* tokens cached */
     int64_t cap; /* positions allocated */
     int32_t *tokens;
-    float *k, *v; /* each [n_layer][cap][kv_dim] */
+    float *k; /* [n_layer][kv_dim][cap]: transposed, for the score loop */
+    float *v; /* [n_layer][cap][kv_dim] */
 };
 
 void kv_seq_init(struct kv_seq *s, const struct model *m);

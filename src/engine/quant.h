@@ -79,6 +79,10 @@ float quant_vec_dot(uint32_t t, int64_t n, const void *w, const void *x);
 void quant_matmul(uint32_t t, const void *W, int64_t k, const void *X, int64_t m, float *out,
                   int64_t ldo, int64_t r0, int64_t r1);
 
+/* y[i] += a * x[i] (multiply, then add: the same rounding on every ISA). Attention's inner
+ * loops. */
+void quant_axpy(int64_t n, float a, const float *x, float *y);
+
 /* Kernel selection. "ref", "avx2", "avx512" (VNNI); "auto" = the best this CPU runs.
  * Returns 0, or -1 when the CPU cannot run that ISA (selection unchanged). Not thread-safe:
  * call before starting threads (tests, start-up). */

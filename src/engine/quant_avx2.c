@@ -688,8 +688,20 @@ AF_TARGET_AVX2 static void matmul_q6_k(const void *W, size_t wbytes, int64_t k, 
         matmul_k(2, W, wbytes, k, X, xbytes, m, out, ldo, r0, r1);
 }
 
+AF_TARGET_AVX2 static void axpy_avx2(int64_t n, float a, const float *x, float *y)
+{
+    const __m256 va = _mm256_set1_ps(a);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(y + i, _mm256_add_ps(_mm256_loadu_ps(y + i),
+                                              _mm256_mul_ps(va, _mm256_loadu_ps(x + i))));
+    for (; i < n; i++)
+        y[i] += a * x[i];
+}
+
 const struct quant_kernels quant_kernels_avx2 = {
     .name = "avx2",
+    .axpy = axpy_avx2,
     .vec_dot =
         {
             [GGML_TYPE_F32] = dot_f32,

@@ -23,6 +23,8 @@ static void merge(const struct quant_kernels *const *layers, int n)
             if (layers[i]->matmul[t] || layers[i]->vec_dot[t])
                 k.matmul[t] = layers[i]->matmul[t];
         }
+        if (layers[i]->axpy)
+            k.axpy = layers[i]->axpy;
         k.name = layers[i]->name;
     }
     active = k;
@@ -76,6 +78,11 @@ int quant_set_isa(const char *name)
 const char *quant_isa(void)
 {
     return kernels()->name;
+}
+
+void quant_axpy(int64_t n, float a, const float *x, float *y)
+{
+    kernels()->axpy(n, a, x, y);
 }
 
 float quant_vec_dot(uint32_t t, int64_t n, const void *w, const void *x)

@@ -82,6 +82,7 @@ struct quant_kernels {
     const char *name;
     quant_vec_dot_fn vec_dot[GGML_TYPE_COUNT];
     quant_matmul_fn matmul[GGML_TYPE_COUNT];
+    void (*axpy)(int64_t n, float a, const float *x, float *y);
 };
 
 extern const struct quant_kernels quant_kernels_ref;

@@ -914,8 +914,16 @@ void quant_matmul_loop(quant_vec_dot_fn dot, const void *W, size_t wbytes, int64
     }
 }
 
+/* y += a * x with a separate multiply and add (no FMA), so every ISA rounds the same. */
+static void axpy_ref(int64_t n, float a, const float *x, float *y)
+{
+    for (int64_t i = 0; i < n; i++)
+        y[i] += a * x[i];
+}
+
 const struct quant_kernels quant_kernels_ref = {
     .name = "ref",
+    .axpy = axpy_ref,
     .vec_dot =
         {
             [GGML_TYPE_F32] = dot_f32,
