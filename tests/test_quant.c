@@ -433,14 +433,33 @@ static void test_oracle_kquants(void **state)
     assert_true((double)same_d >= 0.99 * (double)blocks[GGML_TYPE_Q6_K]);
 }
 
+/* The attention axpy: every ISA gives the reference's bits (multiply, then add). */
+static void test_axpy_isas(void **state)
+{
+    (void)state;
+    float x[203], y0[203], y1[203];
+    for (int i = 0; i < 203; i++) {
+        x[i] = (float)((i * 37) % 101) / 7.0f - 6.0f;
+        y0[i] = y1[i] = (float)((i * 11) % 53) / 3.0f;
+    }
+    assert_int_equal(quant_set_isa("ref"), 0);
+    quant_axpy(203, 0.3712f, x, y0);
+    if (quant_set_isa("avx2") == 0) {
+        quant_axpy(203, 0.3712f, x, y1);
+        assert_memory_equal(y0, y1, sizeof y0);
+    }
+    assert_int_equal(quant_set_isa("auto"), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_type_table),      cmocka_unit_test(test_q8_0_rounding),
         cmocka_unit_test(test_roundtrip_error), cmocka_unit_test(test_isa_select),
         cmocka_unit_test(test_prepare_act_dot), cmocka_unit_test(test_avx2_vs_ref),
-        cmocka_unit_test(test_avx512_vs_ref),   cmocka_unit_test(test_oracle_q8_0),
-        cmocka_unit_test(test_oracle_q4_0),     cmocka_unit_test(test_oracle_kquants),
+        cmocka_unit_test(test_axpy_isas),       cmocka_unit_test(test_avx512_vs_ref),
+        cmocka_unit_test(test_oracle_q8_0),     cmocka_unit_test(test_oracle_q4_0),
+        cmocka_unit_test(test_oracle_kquants),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
