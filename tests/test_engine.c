@@ -11,6 +11,7 @@
 #include <cmocka.h>
 
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +20,7 @@
 #include <jansson.h>
 
 #include "agentflow/engine.h"
+#include "agentflow/llm.h"
 #include "core/fileio.h"
 #include "engine/gguf.h"
 #include "engine/quant.h"
@@ -616,6 +618,64 @@ static void test_quantize_and_make_random(void **state)
     unlink(out);
 }
 
+struct chat_job {
+    struct af_llm *llm;
+    int rc;
+    size_t n_resp;
+    char text[256];
+};
+
+static void *chat_thread(void *arg)
+{
+    struct chat_job *j = arg;
+    struct af_msg msgs[] = {{"system", "You plan."}, {"user", "Pick a tool."}};
+    struct af_llm_request req = {msgs, 2, af_llm_default_sampling(), NULL};
+    req.sampling.max_tokens = 6;
+    struct af_llm_reply rep;
+    af_llm_reply_init(&rep);
+    j->rc = af_llm_chat(j->llm, &req, &rep);
+    if (j->rc == AF_OK && rep.response_ids && rep.response_logprobs && rep.prompt_ids &&
+        rep.n_prompt_ids > 10 && (int64_t)rep.n_response_ids == rep.completion_tokens) {
+        j->n_resp = rep.n_response_ids;
+        snprintf(j->text, sizeof j->text, "%s", rep.text);
+    }
+    af_llm_reply_deinit(&rep);
+    return NULL;
+}
+
+/* `gguf:` as a chat back-end: handles on one file share the engine, concurrent calls are
+ * serialised and give the same greedy reply, and replies carry ids and log-probs. */
+static void test_llm_backend(void **state)
+{
+    (void)state;
+    char err[1024];
+    struct af_engine_params ep = af_engine_default_params();
+    ep.chat_template = "chatml";
+    ep.n_threads = 1;
+    struct af_llm *a = af_llm_gguf_new(tiny_path, &ep, err, sizeof err);
+    struct af_llm *b = af_llm_gguf_new(tiny_path, &ep, err, sizeof err);
+    assert_non_null(a);
+    assert_non_null(b);
+    assert_string_equal(af_llm_kind(a), "gguf");
+    struct chat_job jobs[4];
+    pthread_t th[4];
+    for (int i = 0; i < 4; i++) {
+        memset(&jobs[i], 0, sizeof jobs[i]);
+        jobs[i].llm = i % 2 ? b : a;
+        assert_int_equal(pthread_create(&th[i], NULL, chat_thread, &jobs[i]), 0);
+    }
+    for (int i = 0; i < 4; i++) {
+        pthread_join(th[i], NULL);
+        assert_int_equal(jobs[i].rc, AF_OK);
+        assert_true(jobs[i].n_resp >= 1 && jobs[i].n_resp <= 6);
+        assert_string_equal(jobs[i].text, jobs[0].text);
+    }
+    af_llm_free(a);
+    af_llm_free(b);
+    assert_null(af_llm_gguf_new("/nonexistent.gguf", NULL, err, sizeof err));
+    assert_non_null(strstr(err, "/nonexistent.gguf"));
+}
+
 static struct proc_result cli(const char *const *args)
 {
     const char *argv[16] = {proc_agentflow_bin()};
@@ -716,6 +776,7 @@ int main(void)
         cmocka_unit_test(test_malformed_models),
         cmocka_unit_test(test_quantize_and_make_random),
         cmocka_unit_test(test_cli_model),
+        cmocka_unit_test(test_llm_backend),
     };
     return cmocka_run_group_tests(tests, make_tiny, drop_tiny);
 }
