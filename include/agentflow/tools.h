@@ -152,4 +152,28 @@ struct af_tool *af_tool_web_search_new(const json_t *opts);
  * the best ones. Safe from any thread. */
 struct af_tool *af_tool_web_rag_new(const json_t *opts);
 
+/* --- MCP servers (tools/mcp_tool.c) --------------------------------------------------------- */
+/* Starts one Model Context Protocol server over stdio (spec: "COMMAND ARGS..." or
+ * "stdio:COMMAND ARGS...", split like a shell: blanks, quotes, backslashes), or connects to one
+ * over streamable HTTP (spec: an http:// or https:// endpoint URL), and adds one tool
+ * per tool it lists, keeping the server's tool names. Each card is built from the tool's
+ * inputSchema; calls are checked against that schema, sent as tools/call, and return
+ * {text, is_error, content[, structured_content]} (AF_ETOOL when isError is true; AF_EINVAL
+ * with an {error} result when the arguments break the schema). Options read
+ * from opts: "mcp_timeout_ms" / AGENTFLOW_MCP_TIMEOUT_MS (per request, default 30000),
+ * "mcp_max_bytes" (largest message, default 1048576), "mcp_stderr" (a file for the servers'
+ * stderr; default inherited). A tool name that is already in r is an error (AF_EINVAL) and
+ * nothing from that server is added. Errors name the server command. The tools share the
+ * server, which stops when the last of them is freed; calls are serialised per server, so the
+ * tools are safe from any thread, and a server that crashes or hangs gives AF_ETOOL results. */
+AF_NODISCARD int af_tool_registry_add_mcp_server(struct af_tool_registry *r, const char *spec,
+                                                 const json_t *opts, char *err, size_t errlen);
+/* Adds every server named by opts "mcp" or AGENTFLOW_MCP: one spec per line, or a JSON array of
+ * spec strings. Nothing configured is not an error. Stops at the first failing server. */
+AF_NODISCARD int af_tool_registry_add_mcp(struct af_tool_registry *r, const json_t *opts, char *err,
+                                          size_t errlen);
+/* Appends spec as one more line of opts["mcp"] (for a repeatable --mcp flag). opts is borrowed
+ * and changed. */
+void af_tool_mcp_option_append(json_t *opts, const char *spec);
+
 #endif

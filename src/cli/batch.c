@@ -37,8 +37,20 @@ enum {
     OPT_CACHE,
     OPT_NO_CACHE,
     OPT_CACHE_ALL,
+    OPT_MCP,
     OPT_LAST_SHARED
 };
+
+/* --mcp SPEC: one more line of flags["tool_options"]["mcp"]. */
+static void mcp_flag(json_t *flags, const char *spec)
+{
+    json_t *o = json_object_get(flags, "tool_options");
+    if (!o) {
+        o = json_object();
+        json_object_set_new(flags, "tool_options", o);
+    }
+    af_tool_mcp_option_append(o, spec);
+}
 
 static const struct option common_opts[] = {
     {"url", required_argument, 0, OPT_URL},
@@ -62,6 +74,7 @@ static const struct option common_opts[] = {
     {"cache", required_argument, 0, OPT_CACHE},
     {"no-cache", no_argument, 0, OPT_NO_CACHE},
     {"cache-all", no_argument, 0, OPT_CACHE_ALL},
+    {"mcp", required_argument, 0, OPT_MCP},
 };
 
 _Static_assert((int)OPT_LAST_SHARED <= (int)RUN_OPT_END, "shared option codes overflow");
@@ -155,6 +168,9 @@ int run_args_handle(struct run_args *a, const char *cmd, int o, const char *arg)
     case OPT_CACHE_ALL:
         a->cache_all = 1;
         return 1;
+    case OPT_MCP:
+        mcp_flag(a->flags, arg);
+        return 1;
     case OPT_TOOL_OPT:
     case OPT_WIKI_DB: {
         char kv[4096], err[512];
@@ -186,6 +202,8 @@ void run_common_usage(FILE *f)
                "  --prompts DIR      override prompt templates with DIR/NAME.txt\n"
                "  --tool-opt K=V     a tool option (repeatable; see docs/CONFIG.md)\n"
                "  --wiki-db DB       Wikipedia index (= --tool-opt wiki_db=DB)\n"
+               "  --mcp \"CMD ARGS\"   start an MCP server over stdio and offer its tools\n"
+               "                     (repeatable; = a line of --tool-opt mcp=...)\n"
                "  --detailed         also write a detailed final answer\n"
                "  --config FILE      JSON configuration (same keys; see docs/CONFIG.md)\n"
                "\n"
@@ -247,6 +265,10 @@ int run_ctx_open(struct run_ctx *rc, const struct run_config *cfg)
     if (af_tool_registry_add_builtins(rc->tools, cfg->tools, cfg->tool_options, err, sizeof err)) {
         fprintf(stderr, "agentflow run: --tools: %s\n", err);
         return CLI_EUSAGE;
+    }
+    if (af_tool_registry_add_mcp(rc->tools, cfg->tool_options, err, sizeof err)) {
+        fprintf(stderr, "agentflow run: --mcp: %s\n", err);
+        return CLI_EINPUT;
     }
     if (af_prompts_load(cfg->prompts, &rc->prompts, err, sizeof err)) {
         fprintf(stderr, "agentflow run: --prompts: %s\n", err);

@@ -13,11 +13,13 @@
 
 static void tool_usage(FILE *f)
 {
-    fprintf(f, "usage: agentflow tool list\n"
+    fprintf(f, "usage: agentflow tool list [--tool-opt KEY=VALUE]... [--mcp \"CMD ARGS\"]...\n"
                "       agentflow tool call NAME --args JSON [--url URL] [--model NAME]\n"
                "                           [--tool-opt KEY=VALUE]... [--wiki-db DB]\n"
+               "                           [--mcp \"CMD ARGS\"]...\n"
                "\n"
-               "list   prints each built-in tool's card as JSON\n"
+               "list   prints each tool's card as JSON: the built-ins, then the tools of the\n"
+               "       MCP servers given by --mcp (repeatable) or the tool option mcp\n"
                "call   validates JSON arguments against the tool's card, runs the tool and\n"
                "       prints {tool, args, result, error, duration_ms}. Exit 0 when the tool\n"
                "       ran (even if it reported an error), 2 for usage errors. Tools that call\n"
@@ -40,6 +42,71 @@ static int tool_list(struct af_tool_registry *r)
     for (size_t i = 0; i < af_tool_registry_count(r); i++)
         json_array_append_new(all, af_tool_card_json(af_tool_card(af_tool_registry_at(r, i))));
     return print_json(all);
+}
+
+/* The built-ins plus the tools of the configured MCP servers. NULL (message printed) on error. */
+static struct af_tool_registry *load_tools(const json_t *tool_opts)
+{
+    char err[1024];
+    struct af_tool_registry *r = af_tool_registry_new();
+    if (af_tool_registry_add_builtins(r, NULL, tool_opts, err, sizeof err) ||
+        af_tool_registry_add_mcp(r, tool_opts, err, sizeof err)) {
+        fprintf(stderr, "agentflow tool: %s\n", err);
+        af_tool_registry_free(r);
+        return NULL;
+    }
+    return r;
+}
+
+/* --mcp, --tool-opt and --wiki-db into flags["tool_options"]. 0, or -1 (message printed). */
+static int tool_opt_arg(json_t *flags, int o, const char *arg)
+{
+    char kv[4096], err[512];
+    if (o == 'c') {
+        json_t *t = json_object_get(flags, "tool_options");
+        if (!t) {
+            t = json_object();
+            json_object_set_new(flags, "tool_options", t);
+        }
+        af_tool_mcp_option_append(t, arg);
+        return 0;
+    }
+    snprintf(kv, sizeof kv, "%s%s", o == 'w' ? "wiki_db=" : "", arg);
+    if (config_tool_opt_flag(flags, kv, err, sizeof err)) {
+        fprintf(stderr, "agentflow tool: %s\n", err);
+        return -1;
+    }
+    return 0;
+}
+
+static int tool_list_cmd(int argc, char **argv, json_t *flags)
+{
+    static const struct option opts[] = {{"tool-opt", required_argument, 0, 'o'},
+                                         {"wiki-db", required_argument, 0, 'w'},
+                                         {"mcp", required_argument, 0, 'c'},
+                                         {"help", no_argument, 0, 'h'},
+                                         {0, 0, 0, 0}};
+    int o;
+    optind = 1;
+    while ((o = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        if (o == 'o' || o == 'w' || o == 'c') {
+            if (tool_opt_arg(flags, o, optarg))
+                return CLI_EUSAGE;
+        } else {
+            tool_usage(o == 'h' ? stdout : stderr);
+            return o == 'h' ? CLI_OK : CLI_EUSAGE;
+        }
+    }
+    if (optind != argc) {
+        fprintf(stderr, "agentflow tool list: unexpected argument '%s'\n", argv[optind]);
+        return CLI_EUSAGE;
+    }
+    struct af_tool_registry *r = load_tools(json_object_get(flags, "tool_options"));
+    if (!r)
+        return CLI_EFAIL;
+    int code = tool_list(r);
+    af_tool_registry_free(r);
+    return code;
 }
 
 static int run_call(struct af_tool *tool, json_t *args, const struct run_config *cfg)
@@ -75,15 +142,13 @@ static int run_call(struct af_tool *tool, json_t *args, const struct run_config 
 
 static int tool_call(int argc, char **argv, json_t *flags)
 {
-    static const struct option opts[] = {{"args", required_argument, 0, 'a'},
-                                         {"url", required_argument, 0, 'u'},
-                                         {"model", required_argument, 0, 'm'},
-                                         {"tool-opt", required_argument, 0, 'o'},
-                                         {"wiki-db", required_argument, 0, 'w'},
-                                         {"help", no_argument, 0, 'h'},
-                                         {0, 0, 0, 0}};
+    static const struct option opts[] = {
+        {"args", required_argument, 0, 'a'},    {"url", required_argument, 0, 'u'},
+        {"model", required_argument, 0, 'm'},   {"tool-opt", required_argument, 0, 'o'},
+        {"wiki-db", required_argument, 0, 'w'}, {"mcp", required_argument, 0, 'c'},
+        {"help", no_argument, 0, 'h'},          {0, 0, 0, 0}};
     const char *args_text = "{}", *url = NULL, *model = NULL;
-    char kv[4096], err[512];
+    char err[512];
     int o;
     optind = 1;
     while ((o = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
@@ -93,12 +158,9 @@ static int tool_call(int argc, char **argv, json_t *flags)
             url = optarg;
         else if (o == 'm')
             model = optarg;
-        else if (o == 'o' || o == 'w') {
-            snprintf(kv, sizeof kv, "%s%s", o == 'w' ? "wiki_db=" : "", optarg);
-            if (config_tool_opt_flag(flags, kv, err, sizeof err)) {
-                fprintf(stderr, "agentflow tool call: %s\n", err);
+        else if (o == 'o' || o == 'w' || o == 'c') {
+            if (tool_opt_arg(flags, o, optarg))
                 return CLI_EUSAGE;
-            }
         } else {
             tool_usage(o == 'h' ? stdout : stderr);
             return o == 'h' ? CLI_OK : CLI_EUSAGE;
@@ -108,13 +170,9 @@ static int tool_call(int argc, char **argv, json_t *flags)
         fprintf(stderr, "agentflow tool call: expected one tool NAME\n");
         return CLI_EUSAGE;
     }
-    struct af_tool_registry *r = af_tool_registry_new();
-    if (af_tool_registry_add_builtins(r, NULL, json_object_get(flags, "tool_options"), err,
-                                      sizeof err)) {
-        fprintf(stderr, "agentflow tool: %s\n", err);
-        af_tool_registry_free(r);
+    struct af_tool_registry *r = load_tools(json_object_get(flags, "tool_options"));
+    if (!r)
         return CLI_EFAIL;
-    }
     struct af_tool *tool = af_tool_registry_find(r, argv[optind]);
     if (!tool) {
         fprintf(stderr, "agentflow tool call: unknown tool '%s' (see 'agentflow tool list')\n",
@@ -157,21 +215,9 @@ int cmd_tool(int argc, char **argv)
         tool_usage(help ? stdout : stderr);
         return help ? CLI_OK : CLI_EUSAGE;
     }
-    if (!strcmp(argv[1], "call")) {
-        json_t *flags = json_object();
-        int code = tool_call(argc - 1, argv + 1, flags);
-        json_decref(flags);
-        return code;
-    }
-    struct af_tool_registry *r = af_tool_registry_new();
-    char err[512];
-    int code;
-    if (af_tool_registry_add_builtins(r, NULL, NULL, err, sizeof err)) {
-        fprintf(stderr, "agentflow tool: %s\n", err);
-        code = CLI_EFAIL;
-    } else {
-        code = tool_list(r);
-    }
-    af_tool_registry_free(r);
+    json_t *flags = json_object();
+    int code = !strcmp(argv[1], "call") ? tool_call(argc - 1, argv + 1, flags)
+                                        : tool_list_cmd(argc - 1, argv + 1, flags);
+    json_decref(flags);
     return code;
 }
