@@ -1,0 +1,336 @@
+/*
+ * gemm.c - the training matmuls (see gemm.h). The blocked kernel follows the GotoBLAS layout:
+ * for each (NC columns, KC depth) slice, B is packed into 16-column panels and A into 6-row
+ * panels, both k-major and zero-padded, shared by all threads; OpenMP then splits the
+ * (MC rows x NB columns) blocks of C, and a 6x16 micro-kernel (12 AVX2 accumulators, or a plain
+ * C twin) adds each tile into C. The transposes of the three forms are absorbed by packing.
+ */
+#include "train/gemm.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/xalloc.h"
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define GEMM_X86 1
+#define AF_TARGET_AVX2 __attribute__((target("avx2,fma")))
+#else
+#define GEMM_X86 0
+#endif
+
+#ifdef AF_HAVE_CBLAS
+#include <cblas.h>
+#endif
+
+enum { MR = 6, NR = 16, KC = 256, MC = 96, NB = 256, NC = 2048 };
+
+/* ---- Naive references ------------------------------------------------------------------- */
+
+void train_gemm_nt_naive(int64_t m, int64_t n, int64_t k, const float *a, const float *b, float *c,
+                         int accumulate)
+{
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t j = 0; j < n; j++) {
+            float s = 0;
+            for (int64_t p = 0; p < k; p++)
+                s += a[i * k + p] * b[j * k + p];
+            c[i * n + j] = accumulate ? c[i * n + j] + s : s;
+        }
+}
+
+void train_gemm_nn_naive(int64_t m, int64_t n, int64_t k, const float *a, const float *b, float *c,
+                         int accumulate)
+{
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t j = 0; j < n; j++) {
+            float s = 0;
+            for (int64_t p = 0; p < k; p++)
+                s += a[i * k + p] * b[p * n + j];
+            c[i * n + j] = accumulate ? c[i * n + j] + s : s;
+        }
+}
+
+void train_gemm_tn_naive(int64_t m, int64_t n, int64_t k, const float *a, const float *b, float *c,
+                         int accumulate)
+{
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t j = 0; j < n; j++) {
+            float s = 0;
+            for (int64_t p = 0; p < k; p++)
+                s += a[p * m + i] * b[p * n + j];
+            c[i * n + j] = accumulate ? c[i * n + j] + s : s;
+        }
+}
+
+/* ---- Micro-kernels: c[MR][ldc] += ap (kc x MR) . bp (kc x NR) ---------------------------- */
+
+static void ukernel_c(int64_t kc, const float *ap, const float *bp, float *c, int64_t ldc)
+{
+    float acc[MR][NR];
+    memset(acc, 0, sizeof acc);
+    for (int64_t p = 0; p < kc; p++, ap += MR, bp += NR)
+        for (int i = 0; i < MR; i++) {
+            const float x = ap[i];
+            for (int j = 0; j < NR; j++)
+                acc[i][j] += x * bp[j];
+        }
+    for (int i = 0; i < MR; i++)
+        for (int j = 0; j < NR; j++)
+            c[i * ldc + j] += acc[i][j];
+}
+
+#if GEMM_X86
+AF_TARGET_AVX2 static void ukernel_avx2(int64_t kc, const float *ap, const float *bp, float *c,
+                                        int64_t ldc)
+{
+    __m256 c00 = _mm256_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00;
+    __m256 c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;
+#pragma GCC unroll 4
+    for (int64_t p = 0; p < kc; p++, ap += MR, bp += NR) {
+        const __m256 b0 = _mm256_loadu_ps(bp), b1 = _mm256_loadu_ps(bp + 8);
+        __m256 x = _mm256_broadcast_ss(ap);
+        c00 = _mm256_fmadd_ps(x, b0, c00);
+        c01 = _mm256_fmadd_ps(x, b1, c01);
+        x = _mm256_broadcast_ss(ap + 1);
+        c10 = _mm256_fmadd_ps(x, b0, c10);
+        c11 = _mm256_fmadd_ps(x, b1, c11);
+        x = _mm256_broadcast_ss(ap + 2);
+        c20 = _mm256_fmadd_ps(x, b0, c20);
+        c21 = _mm256_fmadd_ps(x, b1, c21);
+        x = _mm256_broadcast_ss(ap + 3);
+        c30 = _mm256_fmadd_ps(x, b0, c30);
+        c31 = _mm256_fmadd_ps(x, b1, c31);
+        x = _mm256_broadcast_ss(ap + 4);
+        c40 = _mm256_fmadd_ps(x, b0, c40);
+        c41 = _mm256_fmadd_ps(x, b1, c41);
+        x = _mm256_broadcast_ss(ap + 5);
+        c50 = _mm256_fmadd_ps(x, b0, c50);
+        c51 = _mm256_fmadd_ps(x, b1, c51);
+    }
+    const __m256 r[MR][2] = {{c00, c01}, {c10, c11}, {c20, c21},
+                             {c30, c31}, {c40, c41}, {c50, c51}};
+    for (int i = 0; i < MR; i++) {
+        float *row = c + i * ldc;
+        _mm256_storeu_ps(row, _mm256_add_ps(_mm256_loadu_ps(row), r[i][0]));
+        _mm256_storeu_ps(row + 8, _mm256_add_ps(_mm256_loadu_ps(row + 8), r[i][1]));
+    }
+}
+
+int train_gemm_has_avx2(void)
+{
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+}
+#else
+int train_gemm_has_avx2(void)
+{
+    return 0;
+}
+#endif
+
+typedef void (*ukernel_fn)(int64_t kc, const float *ap, const float *bp, float *c, int64_t ldc);
+
+static ukernel_fn pick_ukernel(void)
+{
+#if GEMM_X86
+    if (train_gemm_has_avx2())
+        return ukernel_avx2;
+#endif
+    return ukernel_c;
+}
+
+/* ---- Packing ---------------------------------------------------------------------------- */
+
+/* The operands as logical matrices: A_op (m x k), B_op (k x n). ta: A stored [k][m];
+ * tb: B stored [n][k]. */
+struct gemm_args {
+    int64_t m, n, k;
+    const float *a, *b;
+    float *c;
+    int ta, tb;
+};
+
+static inline float a_at(const struct gemm_args *g, int64_t i, int64_t p)
+{
+    return g->ta ? g->a[p * g->m + i] : g->a[i * g->k + p];
+}
+
+static inline float b_at(const struct gemm_args *g, int64_t p, int64_t j)
+{
+    return g->tb ? g->b[j * g->k + p] : g->b[p * g->n + j];
+}
+
+/* One MR-row panel of A_op rows i0.., depth p0..p0+kc: dst[p][MR]. */
+static void pack_a_panel(const struct gemm_args *g, int64_t i0, int64_t p0, int64_t kc, float *dst)
+{
+    const int64_t rows = g->m - i0 < MR ? g->m - i0 : MR;
+    if (rows < MR)
+        memset(dst, 0, (size_t)(kc * MR) * sizeof *dst);
+    if (g->ta) {
+        for (int64_t p = 0; p < kc; p++)
+            memcpy(dst + p * MR, g->a + (p0 + p) * g->m + i0, (size_t)rows * sizeof *dst);
+    } else {
+        for (int64_t i = 0; i < rows; i++)
+            for (int64_t p = 0; p < kc; p++)
+                dst[p * MR + i] = a_at(g, i0 + i, p0 + p);
+    }
+}
+
+/* One NR-column panel of B_op columns j0.., depth p0..p0+kc: dst[p][NR]. */
+static void pack_b_panel(const struct gemm_args *g, int64_t j0, int64_t p0, int64_t kc, float *dst)
+{
+    const int64_t cols = g->n - j0 < NR ? g->n - j0 : NR;
+    if (cols < NR)
+        memset(dst, 0, (size_t)(kc * NR) * sizeof *dst);
+    if (!g->tb) {
+        for (int64_t p = 0; p < kc; p++)
+            memcpy(dst + p * NR, g->b + (p0 + p) * g->n + j0, (size_t)cols * sizeof *dst);
+    } else {
+        for (int64_t j = 0; j < cols; j++)
+            for (int64_t p = 0; p < kc; p++)
+                dst[p * NR + j] = b_at(g, p0 + p, j0 + j);
+    }
+}
+
+/* ---- Blocked driver --------------------------------------------------------------------- */
+
+/* C block rows [i0, i1) x columns [j0, j1) (j0 relative to the packed slice at jc). */
+static void compute_block(const struct gemm_args *g, ukernel_fn uk, const float *apack,
+                          const float *bpack, int64_t kc, int64_t jc, int64_t i0, int64_t i1,
+                          int64_t j0, int64_t j1)
+{
+    float tile[MR * NR];
+    for (int64_t j = j0; j < j1; j += NR) {
+        const float *bp = bpack + (j / NR) * kc * NR;
+        const int64_t cols = g->n - (jc + j) < NR ? g->n - (jc + j) : NR;
+        for (int64_t i = i0; i < i1; i += MR) {
+            const float *ap = apack + (i / MR) * kc * MR;
+            const int64_t rows = g->m - i < MR ? g->m - i : MR;
+            float *cp = g->c + i * g->n + jc + j;
+            if (rows == MR && cols == NR) {
+                uk(kc, ap, bp, cp, g->n);
+                continue;
+            }
+            memset(tile, 0, sizeof tile);
+            uk(kc, ap, bp, tile, NR);
+            for (int64_t r = 0; r < rows; r++)
+                for (int64_t q = 0; q < cols; q++)
+                    cp[r * g->n + q] += tile[r * NR + q];
+        }
+    }
+}
+
+static void gemm_blocked(const struct gemm_args *g, int accumulate)
+{
+    if (!accumulate)
+        memset(g->c, 0, (size_t)(g->m * g->n) * sizeof *g->c);
+    if (g->m == 0 || g->n == 0 || g->k == 0)
+        return;
+    const ukernel_fn uk = pick_ukernel();
+    const int64_t m_pan = (g->m + MR - 1) / MR, nc_max = g->n < NC ? g->n : NC;
+    const int64_t kc_max = g->k < KC ? g->k : KC;
+    float *apack = af_xmalloc((size_t)(m_pan * MR * kc_max) * sizeof(float));
+    float *bpack = af_xmalloc((size_t)((nc_max + NR - 1) / NR * NR * kc_max) * sizeof(float));
+    const int64_t m_blk = (g->m + MC - 1) / MC;
+    for (int64_t jc = 0; jc < g->n; jc += NC) {
+        const int64_t nc = g->n - jc < NC ? g->n - jc : NC, n_pan = (nc + NR - 1) / NR;
+        const int64_t n_blk = (nc + NB - 1) / NB;
+        for (int64_t pc = 0; pc < g->k; pc += KC) {
+            const int64_t kc = g->k - pc < KC ? g->k - pc : KC;
+#pragma omp parallel
+            {
+#pragma omp for schedule(static) nowait
+                for (int64_t q = 0; q < n_pan; q++)
+                    pack_b_panel(g, jc + q * NR, pc, kc, bpack + q * kc * NR);
+#pragma omp for schedule(static)
+                for (int64_t q = 0; q < m_pan; q++)
+                    pack_a_panel(g, q * MR, pc, kc, apack + q * kc * MR);
+#pragma omp for schedule(dynamic, 1) collapse(2)
+                for (int64_t bi = 0; bi < m_blk; bi++)
+                    for (int64_t bj = 0; bj < n_blk; bj++) {
+                        int64_t i1 = (bi + 1) * MC < g->m ? (bi + 1) * MC : g->m;
+                        int64_t j1 = (bj + 1) * NB < nc ? (bj + 1) * NB : nc;
+                        compute_block(g, uk, apack, bpack, kc, jc, bi * MC, i1, bj * NB, j1);
+                    }
+            }
+        }
+    }
+    free(apack);
+    free(bpack);
+}
+
+void train_gemm_nt_blocked(int64_t m, int64_t n, int64_t k, const float *a, const float *b,
+                           float *c, int accumulate)
+{
+    const struct gemm_args g = {m, n, k, a, b, c, 0, 1};
+    gemm_blocked(&g, accumulate);
+}
+
+void train_gemm_nn_blocked(int64_t m, int64_t n, int64_t k, const float *a, const float *b,
+                           float *c, int accumulate)
+{
+    const struct gemm_args g = {m, n, k, a, b, c, 0, 0};
+    gemm_blocked(&g, accumulate);
+}
+
+void train_gemm_tn_blocked(int64_t m, int64_t n, int64_t k, const float *a, const float *b,
+                           float *c, int accumulate)
+{
+    const struct gemm_args g = {m, n, k, a, b, c, 1, 0};
+    gemm_blocked(&g, accumulate);
+}
+
+/* ---- Dispatch --------------------------------------------------------------------------- */
+
+#ifdef AF_HAVE_CBLAS
+static void sgemm(int ta, int tb, int64_t m, int64_t n, int64_t k, const float *a, const float *b,
+                  float *c, int accumulate)
+{
+    if (m == 0 || n == 0)
+        return;
+    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
+                (int)m, (int)n, (int)k, 1.0f, a, ta ? (int)m : (int)k, b, tb ? (int)k : (int)n,
+                accumulate ? 1.0f : 0.0f, c, (int)n);
+}
+#endif
+
+void train_gemm_nt(int64_t m, int64_t n, int64_t k, const float *a, const float *b, float *c,
+                   int accumulate)
+{
+#ifdef AF_HAVE_CBLAS
+    sgemm(0, 1, m, n, k, a, b, c, accumulate);
+#else
+    train_gemm_nt_blocked(m, n, k, a, b, c, accumulate);
+#endif
+}
+
+void train_gemm_nn(int64_t m, int64_t n, int64_t k, const float *a, const float *b, float *c,
+                   int accumulate)
+{
+#ifdef AF_HAVE_CBLAS
+    sgemm(0, 0, m, n, k, a, b, c, accumulate);
+#else
+    train_gemm_nn_blocked(m, n, k, a, b, c, accumulate);
+#endif
+}
+
+void train_gemm_tn(int64_t m, int64_t n, int64_t k, const float *a, const float *b, float *c,
+                   int accumulate)
+{
+#ifdef AF_HAVE_CBLAS
+    sgemm(1, 0, m, n, k, a, b, c, accumulate);
+#else
+    train_gemm_tn_blocked(m, n, k, a, b, c, accumulate);
+#endif
+}
+
+const char *train_gemm_backend(void)
+{
+#ifdef AF_HAVE_CBLAS
+    return "openblas";
+#else
+    return "blocked";
+#endif
+}

@@ -1,0 +1,46 @@
+/*
+ * gemm.h - the F32 matrix products of training (src/train/). A linear layer with W stored like
+ * the engine's weights ([n_out][n_in], row-major) needs three forms:
+ *
+ *   forward   out = X · Wᵀ        train_gemm_nt   C[M][N] = A[M][K] · B[N][K]ᵀ
+ *   input     dX  = dOut · W      train_gemm_nn   C[M][N] = A[M][K] · B[K][N]
+ *   weight    dW  = dOutᵀ · X     train_gemm_tn   C[M][N] = A[K][M]ᵀ · B[K][N]
+ *
+ * All matrices are dense row-major with no padding. `accumulate` = 0 overwrites C, 1 adds to it.
+ * Each form has three implementations: *_naive (triple loop, the reference the tests compare
+ * with), *_blocked (packed panels, a 6x16 AVX2+FMA micro-kernel when the CPU has it, OpenMP
+ * over row blocks) and the plain name, which is cblas_sgemm when built with -DAF_HAVE_CBLAS
+ * (and -lopenblas) and *_blocked otherwise. Safe from any thread; C must not alias A or B.
+ */
+#ifndef AF_TRAIN_GEMM_H
+#define AF_TRAIN_GEMM_H
+
+#include <stdint.h>
+
+void train_gemm_nt(int64_t m, int64_t n, int64_t k, const float *a, const float *b, float *c,
+                   int accumulate);
+void train_gemm_nn(int64_t m, int64_t n, int64_t k, const float *a, const float *b, float *c,
+                   int accumulate);
+void train_gemm_tn(int64_t m, int64_t n, int64_t k, const float *a, const float *b, float *c,
+                   int accumulate);
+
+void train_gemm_nt_naive(int64_t m, int64_t n, int64_t k, const float *a, const float *b, float *c,
+                         int accumulate);
+void train_gemm_nn_naive(int64_t m, int64_t n, int64_t k, const float *a, const float *b, float *c,
+                         int accumulate);
+void train_gemm_tn_naive(int64_t m, int64_t n, int64_t k, const float *a, const float *b, float *c,
+                         int accumulate);
+
+void train_gemm_nt_blocked(int64_t m, int64_t n, int64_t k, const float *a, const float *b,
+                           float *c, int accumulate);
+void train_gemm_nn_blocked(int64_t m, int64_t n, int64_t k, const float *a, const float *b,
+                           float *c, int accumulate);
+void train_gemm_tn_blocked(int64_t m, int64_t n, int64_t k, const float *a, const float *b,
+                           float *c, int accumulate);
+
+/* 1 when *_blocked uses the AVX2+FMA micro-kernel on this CPU. */
+int train_gemm_has_avx2(void);
+/* "openblas" or "blocked": what the plain-named forms run. */
+const char *train_gemm_backend(void);
+
+#endif
