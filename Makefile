@@ -2,7 +2,7 @@
 #   make [MODE=debug|release|asan]   build/agentflow and build/libagentflow.a
 #   make test                        build and run every cmocka test
 #   make asan                        the same tests under AddressSanitizer + UBSan
-#   make lint | format | bench | fuzz | clean
+#   make lint | format | bench | fuzz [FUZZ_SECONDS=30] | clean
 
 MODE ?= release
 CC ?= cc
@@ -115,7 +115,12 @@ format:
 
 FUZZ_SRC := $(wildcard tests/fuzz/fuzz_*.c)
 FUZZ_BIN := $(FUZZ_SRC:tests/fuzz/%.c=build/fuzz/%)
+FUZZ_SECONDS ?= 30
+# Builds every target, then runs each for FUZZ_SECONDS on its own corpus under build/fuzz/.
 fuzz: $(FUZZ_BIN)
+	@set -e; for f in $(FUZZ_BIN); do mkdir -p $$f.corpus; echo "fuzzing $$f for $(FUZZ_SECONDS) s"; \
+	    AGENTFLOW_SRC=$(CURDIR) $$f -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 $$f.corpus \
+	    2>&1 | tail -3; done
 build/fuzz/%: tests/fuzz/%.c $(LIB_SRC) $(GEN_PROMPTS)
 	@mkdir -p $(dir $@)
 	clang -std=c11 -D_GNU_SOURCE -g -O1 -fopenmp -fsanitize=fuzzer,address,undefined -Iinclude -Isrc \
