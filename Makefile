@@ -10,7 +10,7 @@ ifeq ($(origin CC),default)
 CC := gcc
 endif
 
-PKGS := jansson libcurl libmicrohttpd sqlite3 zlib libpcre2-8 libxml-2.0
+PKGS := jansson libcurl libmicrohttpd sqlite3 zlib libpcre2-8 libxml-2.0 openblas
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS))
 PKG_LIBS := $(shell pkg-config --libs $(PKGS))
 CMOCKA_LIBS := $(shell pkg-config --libs cmocka 2>/dev/null || echo -lcmocka)
@@ -22,7 +22,7 @@ ifeq ($(CI),true)
 WARN += -Werror
 endif
 
-CFLAGS_BASE := -std=c11 -D_GNU_SOURCE -pthread -fopenmp $(WARN) -Iinclude -Isrc $(PKG_CFLAGS) -MMD -MP
+CFLAGS_BASE := -std=c11 -D_GNU_SOURCE -DAF_HAVE_CBLAS -pthread -fopenmp $(WARN) -Iinclude -Isrc $(PKG_CFLAGS) -MMD -MP
 ifeq ($(MODE),debug)
 CFLAGS_MODE := -O0 -g3
 else ifeq ($(MODE),asan)
