@@ -38,6 +38,9 @@ enum {
     OPT_NO_CACHE,
     OPT_CACHE_ALL,
     OPT_MCP,
+    OPT_THREADS,
+    OPT_CTX,
+    OPT_CHAT_TEMPLATE,
     OPT_LAST_SHARED
 };
 
@@ -75,6 +78,9 @@ static const struct option common_opts[] = {
     {"no-cache", no_argument, 0, OPT_NO_CACHE},
     {"cache-all", no_argument, 0, OPT_CACHE_ALL},
     {"mcp", required_argument, 0, OPT_MCP},
+    {"threads", required_argument, 0, OPT_THREADS},
+    {"ctx", required_argument, 0, OPT_CTX},
+    {"chat-template", required_argument, 0, OPT_CHAT_TEMPLATE},
 };
 
 _Static_assert((int)OPT_LAST_SHARED <= (int)RUN_OPT_END, "shared option codes overflow");
@@ -168,6 +174,17 @@ int run_args_handle(struct run_args *a, const char *cmd, int o, const char *arg)
     case OPT_CACHE_ALL:
         a->cache_all = 1;
         return 1;
+    case OPT_THREADS:
+    case OPT_CTX:
+        if (run_parse_number(cmd, o == OPT_THREADS ? "threads" : "ctx", arg, 0,
+                             o == OPT_THREADS ? 1024 : (1 << 24), &d))
+            return -1;
+        json_object_set_new(a->flags, o == OPT_THREADS ? "threads" : "ctx",
+                            json_integer((json_int_t)d));
+        return 1;
+    case OPT_CHAT_TEMPLATE:
+        json_object_set_new(a->flags, "chat_template", json_string(arg));
+        return 1;
     case OPT_MCP:
         mcp_flag(a->flags, arg);
         return 1;
@@ -188,12 +205,13 @@ int run_args_handle(struct run_args *a, const char *cmd, int o, const char *arg)
 
 void run_common_usage(FILE *f)
 {
-    fprintf(f, "engines (URL: http(s)://HOST/v1, scripted:FILE.json):\n"
+    fprintf(f, "engines (URL: http(s)://HOST/v1, gguf:MODEL.gguf, scripted:FILE.json):\n"
                "  --url URL, --model NAME          set every slot\n"
                "  --planner-url URL, --planner-model NAME\n"
                "  --fixed-url URL, --fixed-model NAME        query analysis, verifier, generator\n"
                "  --executor-url URL, --executor-model NAME\n"
                "  --tool-url URL, --tool-model NAME          LLM calls made by tools\n"
+               "  --threads N, --ctx N, --chat-template chatml|llama3   the gguf: engine\n"
                "\n"
                "flow:\n"
                "  --max-steps N      turns (default 10)\n"

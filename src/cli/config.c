@@ -45,6 +45,7 @@ void config_deinit(struct run_config *c)
     free(c->prompts);
     free(c->trace);
     json_decref(c->tool_options);
+    free(c->chat_template);
     json_decref(c->effective);
     memset(c, 0, sizeof *c);
 }
@@ -176,6 +177,19 @@ static int apply_top_key(struct run_config *c, const char *k, json_t *v, const c
         c->max_time_s = json_number_value(v);
     } else if (!strcmp(k, "tools")) {
         return apply_tools(c, v, origin, err, errlen);
+    } else if (!strcmp(k, "threads") || !strcmp(k, "ctx")) {
+        json_int_t lim = !strcmp(k, "threads") ? 1024 : (1 << 24);
+        if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > lim)
+            return bad(err, errlen, origin, k, "a non-negative integer (0 = default)");
+        if (!strcmp(k, "threads"))
+            c->threads = (int)json_integer_value(v);
+        else
+            c->ctx = (int64_t)json_integer_value(v);
+    } else if (!strcmp(k, "chat_template")) {
+        if (!json_is_string(v) ||
+            (strcmp(json_string_value(v), "chatml") && strcmp(json_string_value(v), "llama3")))
+            return bad(err, errlen, origin, k, "\"chatml\" or \"llama3\"");
+        set_str(&c->chat_template, json_string_value(v));
     } else if (!strcmp(k, "tool_options")) {
         const char *key;
         json_t *val;
@@ -288,10 +302,39 @@ int config_apply_env(struct run_config *c, char *err, size_t errlen)
         set_str(&c->tools, v);
     if ((v = getenv("AGENTFLOW_PROMPTS")) && *v)
         set_str(&c->prompts, v);
+    if ((v = getenv("AGENTFLOW_THREADS")) && *v) {
+        char *end;
+        long n = strtol(v, &end, 10);
+        if (*end || n < 0 || n > 1024) {
+            snprintf(err, errlen, "environment: AGENTFLOW_THREADS='%s' is not 0..1024", v);
+            return AF_EINVAL;
+        }
+        c->threads = (int)n;
+    }
+    if ((v = getenv("AGENTFLOW_CTX")) && *v) {
+        char *end;
+        long long n = strtoll(v, &end, 10);
+        if (*end || n < 0 || n > (1 << 24)) {
+            snprintf(err, errlen, "environment: AGENTFLOW_CTX='%s' is not a token count", v);
+            return AF_EINVAL;
+        }
+        c->ctx = n;
+    }
+    if ((v = getenv("AGENTFLOW_CHAT_TEMPLATE")) && *v) {
+        if (strcmp(v, "chatml") && strcmp(v, "llama3")) {
+            snprintf(err, errlen,
+                     "environment: AGENTFLOW_CHAT_TEMPLATE='%s' is not chatml or "
+                     "llama3",
+                     v);
+            return AF_EINVAL;
+        }
+        set_str(&c->chat_template, v);
+    }
     return AF_OK;
 }
 
-static struct af_llm *open_one(const struct slot_cfg *s, const char *slot, char *err, size_t errlen)
+static struct af_llm *open_one(const struct run_config *c, const struct slot_cfg *s,
+                               const char *slot, char *err, size_t errlen)
 {
     if (!s->url || !s->url[0]) {
         snprintf(err, errlen,
@@ -304,12 +347,9 @@ static struct af_llm *open_one(const struct slot_cfg *s, const char *slot, char 
         return af_llm_scripted_new_file(s->url + 9, err, errlen);
     if (!strncmp(s->url, "gguf:", 5)) {
         struct af_engine_params ep = af_engine_default_params();
-        const char *v;
-        if ((v = getenv("AGENTFLOW_THREADS")) && *v)
-            ep.n_threads = atoi(v);
-        if ((v = getenv("AGENTFLOW_CTX")) && *v)
-            ep.n_ctx = atoll(v);
-        ep.chat_template = getenv("AGENTFLOW_CHAT_TEMPLATE");
+        ep.n_threads = c->threads;
+        ep.n_ctx = c->ctx;
+        ep.chat_template = c->chat_template;
         char msg[1024];
         struct af_llm *llm = af_llm_gguf_new(s->url + 5, &ep, msg, sizeof msg);
         if (!llm)
@@ -354,7 +394,7 @@ int backends_open(const struct run_config *c, struct backends *b, char *err, siz
             b->llm[i] = b->llm[AF_SLOT_FIXED];
             continue;
         }
-        struct af_llm *llm = open_one(&c->slots[i], af_slot_name(i), err, errlen);
+        struct af_llm *llm = open_one(c, &c->slots[i], af_slot_name(i), err, errlen);
         if (!llm) {
             backends_close(b);
             return AF_EINVAL;
@@ -416,6 +456,10 @@ json_t *config_to_json(const struct run_config *c)
     json_object_set_new(j, "prompts", c->prompts ? json_string(c->prompts) : json_null());
     json_object_set_new(j, "detailed", json_boolean(c->detailed));
     json_object_set_new(j, "tool_options", json_deep_copy(c->tool_options));
+    json_object_set_new(j, "threads", json_integer(c->threads));
+    json_object_set_new(j, "ctx", json_integer((json_int_t)c->ctx));
+    json_object_set_new(j, "chat_template",
+                        c->chat_template ? json_string(c->chat_template) : json_null());
     return j;
 }
 

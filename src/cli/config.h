@@ -10,6 +10,8 @@
 #include <jansson.h>
 #include <stddef.h>
 
+#include <stdint.h>
+
 #include "agentflow/flow.h"
 
 struct slot_cfg {
@@ -32,6 +34,9 @@ struct run_config {
     char *trace;   /* JSONL trace file */
     int detailed;
     json_t *tool_options; /* object of strings read by the tools (owned) */
+    int threads;          /* in-process engine: OpenMP threads (0 = all cores) */
+    int64_t ctx;          /* in-process engine: tokens per sequence (0 = the model's) */
+    char *chat_template;  /* in-process engine: "chatml", "llama3" or NULL = the model's */
     json_t *effective;    /* the merged configuration as JSON, for records */
 };
 
