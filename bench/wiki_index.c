@@ -9,13 +9,16 @@
  * under Zipf s = 1 occur in nearly every passage: an OR query on them scores most of the
  * index). --zipf-queries draws query words from the text's own distribution instead.
  *
- *   build/release/bench/wiki_index [--n 1000000] [--queries 1000]
+ *   build/release/bench/wiki_index [--n 1000000] [--queries 1000] [--zipf-queries]
+ *       [--input JSONL] (index this file instead of generating one)
+ *       [--db INDEX] (skip the build: query this index) [--keep] (keep the files)
  */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "core/clock.h"
@@ -113,7 +116,8 @@ static int cmp_double(const void *a, const void *b)
 int main(int argc, char **argv)
 {
     size_t n = 1000000, n_queries = 1000;
-    int zipf_queries = 0;
+    int zipf_queries = 0, keep = 0;
+    const char *input = NULL, *db_in = NULL;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--n") == 0 && i + 1 < argc)
             n = strtoull(argv[++i], NULL, 10);
@@ -121,8 +125,17 @@ int main(int argc, char **argv)
             n_queries = strtoull(argv[++i], NULL, 10);
         else if (strcmp(argv[i], "--zipf-queries") == 0)
             zipf_queries = 1;
+        else if (strcmp(argv[i], "--input") == 0 && i + 1 < argc)
+            input = argv[++i];
+        else if (strcmp(argv[i], "--db") == 0 && i + 1 < argc)
+            db_in = argv[++i];
+        else if (strcmp(argv[i], "--keep") == 0)
+            keep = 1;
         else {
-            fprintf(stderr, "usage: %s [--n N] [--queries Q] [--zipf-queries]\n", argv[0]);
+            fprintf(stderr,
+                    "usage: %s [--n N] [--queries Q] [--zipf-queries] [--input JSONL] [--db INDEX] "
+                    "[--keep]\n",
+                    argv[0]);
             return 2;
         }
     }
@@ -133,28 +146,40 @@ int main(int argc, char **argv)
         perror("mkdtemp");
         return 1;
     }
-    char in_path[64], db_path[64];
-    snprintf(in_path, sizeof in_path, "%s/passages.jsonl", dir);
+    char in_path[4096], db_path[4096];
+    snprintf(in_path, sizeof in_path, "%s", input ? input : "");
+    if (!input)
+        snprintf(in_path, sizeof in_path, "%s/passages.jsonl", dir);
     snprintf(db_path, sizeof db_path, "%s/index.db", dir);
+    if (db_in)
+        snprintf(db_path, sizeof db_path, "%s", db_in);
     struct rng r = {0x9E3779B97F4A7C15ull};
     struct vocab *v = af_xmalloc(sizeof *v);
     vocab_init(v, &r);
     double t0 = af_clock_ms();
-    if (write_jsonl(in_path, n, v, &r) != 0) {
-        perror(in_path);
-        return 1;
+    if (!input && !db_in) {
+        if (write_jsonl(in_path, n, v, &r) != 0) {
+            perror(in_path);
+            return 1;
+        }
+        printf("generated %zu passages in %.1f s\n", n, (af_clock_ms() - t0) / 1000.0);
     }
-    printf("generated %zu passages in %.1f s\n", n, (af_clock_ms() - t0) / 1000.0);
+    /* Queries draw from their own stream, so --input gives the same queries as a fresh run. */
+    r.s = 0x2545F4914F6CDD1Dull;
 
     char err[1024];
-    struct wiki_build_stats st;
-    if (wiki_index_build(in_path, db_path, NULL, &st, err, sizeof err) != 0) {
-        fprintf(stderr, "build: %s\n", err);
-        return 1;
+    if (!db_in) {
+        struct wiki_build_stats st;
+        if (wiki_index_build(in_path, db_path, NULL, &st, err, sizeof err) != 0) {
+            fprintf(stderr, "build: %s\n", err);
+            return 1;
+        }
+        struct stat sb;
+        double db_mb = stat(db_path, &sb) == 0 ? (double)sb.st_size / 1e6 : -1.0;
+        printf("build: %zu passages, %.1f MB input, %.1f MB index, %.1f s, %.0f passages/s\n",
+               st.n_passages, (double)st.bytes_total / 1e6, db_mb, st.build_ms / 1000.0,
+               (double)st.n_passages / (st.build_ms / 1000.0));
     }
-    printf("build: %zu passages, %.1f MB input, %.1f s, %.0f passages/s\n", st.n_passages,
-           (double)st.bytes_total / 1e6, st.build_ms / 1000.0,
-           (double)st.n_passages / (st.build_ms / 1000.0));
 
     struct wiki_index *ix = NULL;
     if (wiki_index_open(db_path, 0, &ix, err, sizeof err) != 0) {
@@ -187,9 +212,15 @@ int main(int argc, char **argv)
            n_queries, (double)n_hits / (double)n_queries, lat[n_queries / 2],
            lat[(size_t)((double)n_queries * 0.99)], lat[n_queries - 1]);
     wiki_index_close(ix);
-    unlink(in_path);
-    unlink(db_path);
-    rmdir(dir);
+    if (keep) {
+        printf("kept %s and %s\n", in_path, db_path);
+    } else {
+        if (!input && !db_in)
+            unlink(in_path);
+        if (!db_in)
+            unlink(db_path);
+        rmdir(dir);
+    }
     free(lat);
     free(v);
     return 0;

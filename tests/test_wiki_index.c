@@ -16,6 +16,7 @@
 #include <zlib.h>
 
 #include "agentflow/tools.h"
+#include "core/buf.h"
 #include "tools/wiki_index.h"
 
 static const char *JSONL =
@@ -353,6 +354,54 @@ static void test_tool(void **state)
     af_tool_free(tool);
 }
 
+/* 2000 passages that all hold "the" and "of"; one is about Zanzibar cloves. Words found in
+ * nearly every passage are dropped from the OR query when rarer words remain, so the query
+ * matches only passages with the rare words, and the right passage still comes first. */
+static void test_common_words(void **state)
+{
+    struct tmp *t = *state;
+    struct af_buf b;
+    af_buf_init(&b, AF_BUF_NOLIMIT);
+    for (int i = 0; i < 2000; i++) {
+        if (i == 1234)
+            (void)af_buf_printf(&b, "{\"id\": \"z\", \"title\": \"Zanzibar\", \"text\": "
+                                    "\"The history of the clove trade of Zanzibar.\"}\n");
+        else
+            (void)af_buf_printf(&b,
+                                "{\"id\": \"d%d\", \"title\": \"Doc %d\", \"text\": "
+                                "\"The story of the item%d and of the town%d.\"}\n",
+                                i, i, i, i % 50);
+    }
+    char *jsonl = af_buf_detach(&b);
+    size_t n = 0;
+    const char *db = build_from(t, "common.jsonl", jsonl, &n);
+    free(jsonl);
+    assert_int_equal(n, 2000);
+    struct wiki_index *ix = NULL;
+    char err[512];
+    assert_int_equal(wiki_index_open(db, 0, &ix, err, sizeof err), AF_OK);
+
+    json_t *hits = query(ix, "what is THE history of the Zanzibar clove trade", 5);
+    assert_int_equal(json_array_size(hits), 1); /* "the", "of" no longer match everything */
+    assert_string_equal(top_id(hits), "z");
+    json_decref(hits);
+    expect_top(ix, "the town7 of the item107", "d107");
+    /* Only common words: they are kept, so the query still finds passages. */
+    hits = query(ix, "of the", 5);
+    assert_int_equal(json_array_size(hits), 5);
+    json_decref(hits);
+    /* A word in 40 of 2000 passages (2%) alone is kept: it matches all 40. */
+    hits = query(ix, "town7", 100);
+    assert_int_equal(json_array_size(hits), 40);
+    json_decref(hits);
+    /* A word in 1 passage in 2000 is never dropped, with or without common words. */
+    hits = query(ix, "item5 the", 100);
+    assert_int_equal(json_array_size(hits), 1);
+    assert_string_equal(top_id(hits), "d5");
+    json_decref(hits);
+    wiki_index_close(ix);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -363,6 +412,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_bad_lines, setup, teardown),
         cmocka_unit_test_setup_teardown(test_missing_and_corrupt_db, setup, teardown),
         cmocka_unit_test_setup_teardown(test_tool, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_common_words, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -28,10 +28,19 @@
 #define WIKI_TABLE "passages"
 #define READ_CHUNK (1u << 20)
 #define QUERY_MAX_TERMS 64
+#define WIKI_COMMON WIKI_TABLE "_common"
+/* Build: terms in more than 1/COMMON_KEEP_DIV of the passages go into WIKI_COMMON.
+ * Query: a word in more than 1/COMMON_DROP_DIV of them is dropped from the OR query when
+ * rarer words remain (its BM25 weight is small, and its posting list costs the most). */
+#define COMMON_KEEP_DIV 200
+#define COMMON_DROP_DIV 100
+#define COMMON_MIN_DOCS 1000 /* smaller indexes keep every word */
 
 struct wiki_index {
     sqlite3 *db;
-    sqlite3_stmt *q; /* the prepared query; one per connection */
+    sqlite3_stmt *q;  /* the prepared query; one per connection */
+    sqlite3_stmt *df; /* document frequency of a common term; NULL for older indexes */
+    long long n_docs; /* passages, as recorded in WIKI_COMMON */
     char *path;
 };
 
@@ -39,7 +48,7 @@ struct wiki_build_params wiki_build_default_params(void)
 {
     struct wiki_build_params p = {
         .skip_bad = 0,
-        .batch_rows = 50000,
+        .batch_rows = 1000000,
         .max_line_bytes = (size_t)16 << 20,
         .optimize = 1,
         .progress = NULL,
@@ -270,6 +279,9 @@ static int builder_open_db(struct builder *b)
                          "INSERT INTO " WIKI_TABLE "(" WIKI_TABLE ", rank) VALUES('automerge', 0);"
                          "INSERT INTO " WIKI_TABLE "(" WIKI_TABLE ", rank) "
                          "VALUES('crisismerge', 64);"
+                         /* A 256 MiB term hash: flush to a segment rarely, not every ~1 MiB. */
+                         "INSERT INTO " WIKI_TABLE "(" WIKI_TABLE ", rank) "
+                         "VALUES('hashsize', 268435456);"
                          "BEGIN;");
     if (rc)
         return rc;
@@ -373,6 +385,22 @@ static int builder_stream(struct builder *b, gzFile gz)
     return rc;
 }
 
+/* Records the terms found in more than 1/COMMON_KEEP_DIV of the passages, and the passage
+ * count under the empty term (no token is empty), for the query's frequent-word drop. */
+static int builder_common_terms(struct builder *b)
+{
+    char sql[1024];
+    snprintf(sql, sizeof sql,
+             "CREATE VIRTUAL TABLE temp.wiki_vocab USING fts5vocab(main, '" WIKI_TABLE "', 'row');"
+             "CREATE TABLE " WIKI_COMMON "(term TEXT PRIMARY KEY, doc INTEGER NOT NULL) "
+             "WITHOUT ROWID;"
+             "INSERT INTO " WIKI_COMMON " VALUES('', %zu);"
+             "INSERT INTO " WIKI_COMMON " SELECT term, doc FROM temp.wiki_vocab WHERE doc > %zu;"
+             "DROP TABLE temp.wiki_vocab;",
+             b->st->n_passages, b->st->n_passages / COMMON_KEEP_DIV);
+    return sql_exec(b, sql);
+}
+
 static int builder_finish(struct builder *b, const char *db_path)
 {
     sqlite3_finalize(b->ins);
@@ -380,6 +408,8 @@ static int builder_finish(struct builder *b, const char *db_path)
     int rc = sql_exec(b, "COMMIT;");
     if (!rc && b->p->optimize)
         rc = sql_exec(b, "INSERT INTO " WIKI_TABLE "(" WIKI_TABLE ") VALUES('optimize');");
+    if (!rc)
+        rc = builder_common_terms(b);
     if (rc)
         return rc;
     if (sqlite3_close(b->db) != SQLITE_OK) {
@@ -459,6 +489,20 @@ out:
 
 /* --- Open and query -------------------------------------------------------------------------- */
 
+/* Prepares the common-term lookup when the index has the table (older ones do not: their
+ * queries keep every word). */
+static void index_open_common(struct wiki_index *ix)
+{
+    if (sqlite3_prepare_v3(ix->db, "SELECT doc FROM " WIKI_COMMON " WHERE term = ?1", -1,
+                           SQLITE_PREPARE_PERSISTENT, &ix->df, NULL) != SQLITE_OK) {
+        ix->df = NULL;
+        return;
+    }
+    sqlite3_bind_text(ix->df, 1, "", 0, SQLITE_STATIC);
+    ix->n_docs = sqlite3_step(ix->df) == SQLITE_ROW ? sqlite3_column_int64(ix->df, 0) : 0;
+    sqlite3_reset(ix->df);
+}
+
 int wiki_index_open(const char *path, int writable, struct wiki_index **out, char *err,
                     size_t errlen)
 {
@@ -484,6 +528,9 @@ int wiki_index_open(const char *path, int writable, struct wiki_index **out, cha
         goto out;
     }
     sqlite3_busy_timeout(ix->db, 5000);
+    /* Scoring reads one %_docsize row per match: keep the index pages in memory. */
+    sqlite3_exec(ix->db, "PRAGMA cache_size=-65536; PRAGMA mmap_size=4294967296;", NULL, NULL,
+                 NULL);
     sqlite3_stmt *chk = NULL;
     int src = sqlite3_prepare_v2(
         ix->db, "SELECT sql FROM sqlite_master WHERE type='table' AND name='" WIKI_TABLE "'", -1,
@@ -508,6 +555,8 @@ int wiki_index_open(const char *path, int writable, struct wiki_index **out, cha
         af_errf(err, errlen, "%s: not a valid index database: %s", path, sqlite3_errmsg(ix->db));
         rc = AF_EIO;
     }
+    if (!rc)
+        index_open_common(ix);
 out:
     if (rc) {
         wiki_index_close(ix);
@@ -522,6 +571,7 @@ void wiki_index_close(struct wiki_index *ix)
     if (!ix)
         return;
     sqlite3_finalize(ix->q);
+    sqlite3_finalize(ix->df);
     sqlite3_close(ix->db);
     free(ix->path);
     free(ix);
@@ -548,25 +598,79 @@ static int is_word_byte(unsigned char c)
     return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c >= 0x80;
 }
 
-char *wiki_fts_query(const char *text, size_t max_terms)
+struct qword {
+    const char *s;
+    size_t len;
+    int common;
+};
+
+/* Splits text into at most max words (runs of word bytes). Returns the count. */
+static size_t split_words(const char *text, struct qword *w, size_t max)
 {
-    struct af_buf q;
-    af_buf_init(&q, AF_BUF_NOLIMIT);
-    size_t n_terms = 0;
+    size_t n = 0;
     const unsigned char *s = (const unsigned char *)(text ? text : "");
-    while (*s && n_terms < max_terms) {
+    while (*s && n < max) {
         while (*s && !is_word_byte(*s))
             s++;
-        const unsigned char *w = s;
+        const unsigned char *start = s;
         while (*s && is_word_byte(*s))
             s++;
-        if (s == w)
+        if (s == start)
             break;
-        /* A word holds no '"' (only letters, digits, non-ASCII bytes), so quoting is safe. */
-        (void)af_buf_printf(&q, "%s\"%.*s\"", n_terms ? " OR " : "", (int)(s - w), (const char *)w);
-        n_terms++;
+        w[n].s = (const char *)start;
+        w[n].len = (size_t)(s - start);
+        w[n].common = 0;
+        n++;
+    }
+    return n;
+}
+
+/* Appends the words not marked common, or all of them when every word is, as quoted FTS5
+ * strings OR'd together. A word holds no '"' (only letters, digits, non-ASCII bytes). */
+static char *join_words(const struct qword *w, size_t n)
+{
+    size_t n_rare = 0;
+    for (size_t i = 0; i < n; i++)
+        n_rare += !w[i].common;
+    struct af_buf q;
+    af_buf_init(&q, AF_BUF_NOLIMIT);
+    size_t n_out = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (n_rare > 0 && w[i].common)
+            continue;
+        (void)af_buf_printf(&q, "%s\"%.*s\"", n_out ? " OR " : "", (int)w[i].len, w[i].s);
+        n_out++;
     }
     return af_buf_detach(&q);
+}
+
+char *wiki_fts_query(const char *text, size_t max_terms)
+{
+    struct qword *w = af_xcalloc(max_terms ? max_terms : 1, sizeof *w);
+    char *q = join_words(w, split_words(text, w, max_terms));
+    free(w);
+    return q;
+}
+
+/* Marks the words found in more than 1/COMMON_DROP_DIV of the passages. Matching is on the
+ * ASCII-lowercased word, as unicode61 folds it; other words never count as common. */
+static void mark_common(struct wiki_index *ix, struct qword *w, size_t n)
+{
+    if (!ix->df || ix->n_docs < COMMON_MIN_DOCS)
+        return;
+    for (size_t i = 0; i < n; i++) {
+        char term[128];
+        if (w[i].len >= sizeof term)
+            continue;
+        for (size_t j = 0; j < w[i].len; j++) {
+            char c = w[i].s[j];
+            term[j] = (char)(c >= 'A' && c <= 'Z' ? c - 'A' + 'a' : c);
+        }
+        sqlite3_bind_text(ix->df, 1, term, (int)w[i].len, SQLITE_STATIC);
+        if (sqlite3_step(ix->df) == SQLITE_ROW)
+            w[i].common = sqlite3_column_int64(ix->df, 0) * COMMON_DROP_DIV > ix->n_docs;
+        sqlite3_reset(ix->df);
+    }
 }
 
 int wiki_index_query(struct wiki_index *ix, const char *text, int k, json_t **hits, char *err,
@@ -577,7 +681,10 @@ int wiki_index_query(struct wiki_index *ix, const char *text, int k, json_t **hi
         af_errf(err, errlen, "k must be at least 1 (got %d)", k);
         return AF_EINVAL;
     }
-    char *match = wiki_fts_query(text, QUERY_MAX_TERMS);
+    struct qword words[QUERY_MAX_TERMS];
+    size_t n_words = split_words(text, words, QUERY_MAX_TERMS);
+    mark_common(ix, words, n_words);
+    char *match = join_words(words, n_words);
     json_t *arr = json_array();
     int rc = AF_OK;
     if (!match[0])

@@ -9,7 +9,13 @@
  * a half-built index under the final name.
  *
  * Queries take free text from a model or user: it is cut into words and each word is quoted
- * as an FTS5 string, OR'd together, so no input can cause an FTS5 syntax error.
+ * as an FTS5 string, OR'd together, so no input can cause an FTS5 syntax error. The build
+ * also records, in the plain table `passages_common(term, doc)`, every term found in more
+ * than 0.5% of the passages (and the passage count under the term ''). A query drops the words
+ * found in more than 1% of the passages while rarer words remain (indexes of 1000 passages
+ * or more): their BM25 weight is small and their posting lists are what makes OR queries
+ * slow. A query of only such words keeps them all. Indexes built before the table existed
+ * still open and query, keeping every word.
  *
  * Thread-safety: a handle owns one SQLite connection; use one handle per thread, or guard a
  * shared handle with a mutex (the Wikipedia tool does). Distinct handles on the same file may
@@ -31,7 +37,7 @@ typedef void (*wiki_progress_fn)(void *user, size_t n_done, size_t bytes_done, s
 
 struct wiki_build_params {
     int skip_bad;              /* 1: count and skip malformed lines; 0: fail on the first */
-    size_t batch_rows;         /* rows per transaction (default 50000) */
+    size_t batch_rows;         /* rows per transaction (default 1000000) */
     size_t max_line_bytes;     /* a longer input line is an error (default 16 MiB) */
     int optimize;              /* 1: merge the FTS5 segments at the end (faster queries) */
     wiki_progress_fn progress; /* optional */
