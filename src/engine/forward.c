@@ -25,7 +25,7 @@ struct fwd_ctx {
     int64_t max_ctx;
     int n_threads;
     float *x, *xn, *q, *k, *v, *att, *gate, *up, *rope_cos, *rope_sin;
-    float *scores; /* [n_threads][max_ctx] */
+    float *scores; /* [n_threads][group][max_ctx] */
     void *qbuf;    /* prepared activations: UBATCH rows of the widest input */
     size_t qbuf_row;
 };
@@ -156,7 +156,9 @@ void fwd_ctx_set_threads(struct fwd_ctx *c, int n_threads)
 {
     c->n_threads = n_threads > 0 ? n_threads : omp_get_num_procs();
     free(c->scores);
-    c->scores = af_xmalloc((size_t)c->n_threads * (size_t)c->max_ctx * sizeof(float));
+    const int64_t group = c->m->hp.n_head / c->m->hp.n_head_kv;
+    c->scores =
+        af_xmalloc((size_t)c->n_threads * (size_t)group * (size_t)c->max_ctx * sizeof(float));
 }
 
 void fwd_ctx_free(struct fwd_ctx *c)
@@ -263,47 +265,55 @@ static void rope_apply(const struct fwd_ctx *c, float *x, int64_t n_heads, int64
         }
 }
 
-/* Causal attention of nb new tokens (positions pos0..) over the sequence's cached keys. */
+#define ATT_KEY_BLOCK 512
+
+/* Causal attention of nb new tokens (positions pos0..) over the sequence's cached keys. One work
+ * item is a (token, kv head) pair: its `group` query heads share each loaded row of keys, in
+ * blocks of ATT_KEY_BLOCK positions so the rows and the scores stay in L1. Each score still sums
+ * q[i] * k[i] in order of i, as a scalar loop would; the vector lanes run over positions. */
 static void attention(struct fwd_ctx *c, const struct kv_seq *s, int64_t il, int64_t pos0,
                       int64_t nb)
 {
     const struct model_hparams *hp = &c->m->hp;
-    const int64_t hd = hp->head_dim, nh = hp->n_head, group = hp->n_head / hp->n_head_kv;
-    const int64_t kvd = s->kv_dim;
-    const int64_t cap = s->cap;
+    const int64_t hd = hp->head_dim, nh = hp->n_head, nkv = hp->n_head_kv, group = nh / nkv;
+    const int64_t kvd = s->kv_dim, cap = s->cap;
     const float *K = s->k + (size_t)(il * kvd * cap), *V = s->v + (size_t)(il * cap * kvd);
     const float scale = 1.0f / sqrtf((float)hd);
+    const quant_axpy_fn axpy = quant_axpy_kernel();
     const int nt = c->n_threads;
 #pragma omp parallel for num_threads(nt) schedule(dynamic, 1) collapse(2)
     for (int64_t j = 0; j < nb; j++)
-        for (int64_t h = 0; h < nh; h++) {
-            float *sc = c->scores + (size_t)omp_get_thread_num() * (size_t)c->max_ctx;
-            const float *q = c->q + (j * nh + h) * hd;
-            const int64_t kvh = h / group, n_keys = pos0 + j + 1;
-            /* Each score sums q[i] * k[i] in order of i, as a scalar loop would; the
-             * vector lanes run over positions. */
+        for (int64_t kvh = 0; kvh < nkv; kvh++) {
+            float *sc0 = c->scores + (size_t)omp_get_thread_num() * (size_t)(group * c->max_ctx);
+            const int64_t n_keys = pos0 + j + 1;
             const float *kt = K + (size_t)(kvh * hd * cap);
-            for (int64_t t = 0; t < n_keys; t++)
-                sc[t] = 0;
-            for (int64_t i = 0; i < hd; i++) {
-                quant_axpy(n_keys, q[i], kt + (size_t)(i * cap), sc);
+            for (int64_t t0 = 0; t0 < n_keys; t0 += ATT_KEY_BLOCK) {
+                const int64_t len = n_keys - t0 < ATT_KEY_BLOCK ? n_keys - t0 : ATT_KEY_BLOCK;
+                for (int64_t g = 0; g < group; g++)
+                    memset(sc0 + g * c->max_ctx + t0, 0, (size_t)len * sizeof(float));
+                for (int64_t i = 0; i < hd; i++)
+                    for (int64_t g = 0; g < group; g++) {
+                        const float *q = c->q + (j * nh + kvh * group + g) * hd;
+                        axpy(len, q[i], kt + (size_t)(i * cap + t0), sc0 + g * c->max_ctx + t0);
+                    }
             }
-            float mx = -INFINITY;
-            for (int64_t t = 0; t < n_keys; t++) {
-                sc[t] *= scale;
-                mx = sc[t] > mx ? sc[t] : mx;
-            }
-            double sum = 0;
-            for (int64_t t = 0; t < n_keys; t++) {
-                sc[t] = expf(sc[t] - mx);
-                sum += (double)sc[t];
-            }
-            const float inv = (float)(1.0 / sum);
-            float *o = c->att + (j * nh + h) * hd;
-            memset(o, 0, (size_t)hd * sizeof *o);
-            for (int64_t t = 0; t < n_keys; t++) {
-                const float *v = V + t * kvd + kvh * hd;
-                quant_axpy(hd, sc[t] * inv, v, o);
+            for (int64_t g = 0; g < group; g++) {
+                float *sc = sc0 + g * c->max_ctx;
+                float mx = -INFINITY;
+                for (int64_t t = 0; t < n_keys; t++) {
+                    sc[t] *= scale;
+                    mx = sc[t] > mx ? sc[t] : mx;
+                }
+                double sum = 0;
+                for (int64_t t = 0; t < n_keys; t++) {
+                    sc[t] = expf(sc[t] - mx);
+                    sum += (double)sc[t];
+                }
+                const float inv = (float)(1.0 / sum);
+                float *o = c->att + (j * nh + kvh * group + g) * hd;
+                memset(o, 0, (size_t)hd * sizeof *o);
+                for (int64_t t = 0; t < n_keys; t++)
+                    axpy(hd, sc[t] * inv, V + t * kvd + kvh * hd, o);
             }
         }
 }

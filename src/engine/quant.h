@@ -82,6 +82,9 @@ void quant_matmul(uint32_t t, const void *W, int64_t k, const void *X, int64_t m
 /* y[i] += a * x[i] (multiply, then add: the same rounding on every ISA). Attention's inner
  * loops. */
 void quant_axpy(int64_t n, float a, const float *x, float *y);
+/* The same kernel as a pointer, for hot loops (no per-call dispatch). */
+typedef void (*quant_axpy_fn)(int64_t n, float a, const float *x, float *y);
+quant_axpy_fn quant_axpy_kernel(void);
 
 /* Kernel selection. "ref", "avx2", "avx512" (VNNI); "auto" = the best this CPU runs.
  * Returns 0, or -1 when the CPU cannot run that ISA (selection unchanged). Not thread-safe:

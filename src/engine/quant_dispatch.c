@@ -85,6 +85,11 @@ void quant_axpy(int64_t n, float a, const float *x, float *y)
     kernels()->axpy(n, a, x, y);
 }
 
+quant_axpy_fn quant_axpy_kernel(void)
+{
+    return kernels()->axpy;
+}
+
 float quant_vec_dot(uint32_t t, int64_t n, const void *w, const void *x)
 {
     if (t >= GGML_TYPE_COUNT)
