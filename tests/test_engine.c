@@ -455,7 +455,7 @@ static void test_bad_calls(void **state)
 }
 
 /* Rewrites the tiny model with one fault, then checks the load fails naming it. */
-enum fault { F_MISSING, F_SHAPE, F_NAN, F_ARCH, F_NO_HPARAM, F_BAD_VOCAB };
+enum fault { F_MISSING, F_SHAPE, F_NAN, F_NAN_W, F_ARCH, F_NO_HPARAM, F_BAD_VOCAB };
 
 static int write_faulty(const char *dst, enum fault f)
 {
@@ -484,10 +484,11 @@ static int write_faulty(const char *dst, enum fault f)
             continue;
         if (f == F_SHAPE && !strcmp(name, "blk.0.attn_q.weight"))
             ne[1] /= 2; /* half the rows the hyperparameters call for */
-        if (f == F_NAN && !strcmp(name, "blk.1.attn_norm.weight")) {
+        if ((f == F_NAN && !strcmp(name, "blk.1.attn_norm.weight")) ||
+            (f == F_NAN_W && !strcmp(name, "blk.0.ffn_up.weight"))) {
             poison = malloc(t->nbytes);
             memcpy(poison, t->data, t->nbytes);
-            poison[3] = NAN;
+            poison[f == F_NAN ? 3 : 64 * 5 + 7] = f == F_NAN ? NAN : INFINITY; /* row 5 */
             data = poison;
         }
         uint64_t nbytes = t->nbytes;
@@ -510,9 +511,13 @@ static void test_malformed_models(void **state)
         enum fault f;
         const char *want;
     } cases[] = {
-        {F_MISSING, "blk.1.ffn_down.weight"}, {F_SHAPE, "blk.0.attn_q.weight"},
-        {F_NAN, "blk.1.attn_norm.weight"},    {F_ARCH, "mamba"},
-        {F_NO_HPARAM, "embedding_length"},    {F_BAD_VOCAB, "tokenizer.ggml.model"},
+        {F_MISSING, "blk.1.ffn_down.weight"},
+        {F_SHAPE, "blk.0.attn_q.weight"},
+        {F_NAN, "blk.1.attn_norm.weight"},
+        {F_NAN_W, "blk.0.ffn_up.weight' holds a NaN or Inf in row 5"},
+        {F_ARCH, "mamba"},
+        {F_NO_HPARAM, "embedding_length"},
+        {F_BAD_VOCAB, "tokenizer.ggml.model"},
     };
     char dst[300], err[1024];
     snprintf(dst, sizeof dst, "%s.bad.gguf", tiny_path);
@@ -525,6 +530,41 @@ static void test_malformed_models(void **state)
             fail_msg("fault %zu: rc %d, message '%s' should name '%s'", i, rc, err, cases[i].want);
         assert_null(e);
     }
+    /* A quantized weight whose first block scale is NaN (FP16 0x7e00). */
+    char q8[300];
+    snprintf(q8, sizeof q8, "%s.q8.gguf", tiny_path);
+    struct af_engine_random_params qp = {"qwen2", "tiny", "Q8_0", 5, NULL};
+    assert_int_equal(af_engine_make_random(&qp, q8, err, sizeof err), 0);
+    struct gguf_file *g = NULL;
+    assert_int_equal(gguf_open(q8, &g, err, sizeof err), 0);
+    struct gguf_writer *w = gguf_writer_new();
+    gguf_writer_copy_kvs(w, g);
+    uint8_t *poison = NULL;
+    for (uint64_t i = 0; i < gguf_n_tensors(g); i++) {
+        const struct gguf_tensor *t = gguf_tensor_at(g, i);
+        char name[128];
+        snprintf(name, sizeof name, "%.*s", (int)t->name.n, t->name.s);
+        const void *data = t->data;
+        if (!strcmp(name, "blk.1.ffn_gate.weight")) {
+            assert_int_equal(t->type, GGML_TYPE_Q8_0);
+            poison = malloc(t->nbytes);
+            memcpy(poison, t->data, t->nbytes);
+            poison[0] = 0x00;
+            poison[1] = 0x7e;
+            data = poison;
+        }
+        assert_int_equal(gguf_writer_add_tensor(w, name, t->type, t->n_dims, t->ne, data, t->nbytes,
+                                                err, sizeof err),
+                         0);
+    }
+    assert_int_equal(gguf_writer_write(w, dst, err, sizeof err), 0);
+    gguf_writer_free(w);
+    gguf_close(g);
+    free(poison);
+    struct af_engine *eq = NULL;
+    assert_int_not_equal(af_engine_load(dst, NULL, &eq, err, sizeof err), AF_OK);
+    assert_non_null(strstr(err, "blk.1.ffn_gate.weight' holds a NaN or Inf in row 0"));
+    unlink(q8);
     /* A truncated model file. */
     char *text = NULL;
     size_t len = 0;

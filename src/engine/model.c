@@ -164,6 +164,67 @@ static int find_view(struct model *m, const char *name, struct tensor_view *v)
     return 1;
 }
 
+/* Byte offsets of the FP16 scales in one block of each quantized type (-1 ends the list). */
+static const int *scale_offsets(uint32_t t)
+{
+    static const int q_d[] = {0, -1}, q_dm[] = {0, 2, -1}, q6k[] = {208, -1};
+    switch (t) {
+    case GGML_TYPE_Q4_0:
+    case GGML_TYPE_Q5_0:
+    case GGML_TYPE_Q8_0:
+        return q_d;
+    case GGML_TYPE_Q4_1:
+    case GGML_TYPE_Q5_1:
+    case GGML_TYPE_Q4_K:
+    case GGML_TYPE_Q5_K:
+        return q_dm;
+    case GGML_TYPE_Q6_K:
+        return q6k;
+    default:
+        return NULL;
+    }
+}
+
+static int half_bad(const uint8_t *p, int bf16)
+{
+    uint16_t h;
+    memcpy(&h, p, 2);
+    return bf16 ? (h & 0x7f80) == 0x7f80 : (h & 0x7c00) == 0x7c00;
+}
+
+/* Whether unit i of a weight (an element, or a quantized block's scales) is NaN or Inf. */
+static int unit_bad(const struct weight *w, int64_t i, const int *offs)
+{
+    const uint8_t *p = w->data;
+    if (w->type == GGML_TYPE_F32) {
+        float f;
+        memcpy(&f, p + (size_t)i * 4, 4);
+        return !isfinite(f);
+    }
+    if (w->type == GGML_TYPE_F16 || w->type == GGML_TYPE_BF16)
+        return half_bad(p + (size_t)i * 2, w->type == GGML_TYPE_BF16);
+    const uint8_t *blk = p + (size_t)i * quant_block_bytes(w->type);
+    for (int k = 0; offs && offs[k] >= 0; k++)
+        if (half_bad(blk + offs[k], 0))
+            return 1;
+    return 0;
+}
+
+/* NaN or Inf in a 2-D weight (every element of float types, every scale of quantized ones):
+ * -1 when clean, else the first bad row. One pass over the data, on all cores. */
+static int64_t first_bad_row(const struct weight *w)
+{
+    const int64_t per_row = w->n_in / quant_block_elems(w->type);
+    const int64_t units = per_row * w->n_out;
+    const int *offs = scale_offsets(w->type);
+    int64_t bad = INT64_MAX;
+#pragma omp parallel for schedule(static) reduction(min : bad)
+    for (int64_t i = 0; i < units; i++)
+        if (i < bad && unit_bad(w, i, offs))
+            bad = i;
+    return bad == INT64_MAX ? -1 : bad / per_row;
+}
+
 /* Binds a tensor, checking type and shape. n_out 0 means a 1-D tensor of n_in. */
 static int bind(struct loader *L, struct weight *w, const char *name, int64_t n_in, int64_t n_out,
                 int required)
@@ -201,6 +262,12 @@ static int bind(struct loader *L, struct weight *w, const char *name, int64_t n_
     w->n_in = n_in;
     w->n_out = n_out ? n_out : 1;
     w->row_bytes = quant_row_bytes(t->type, n_in);
+    int64_t bad_row = n_out ? first_bad_row(w) : -1;
+    if (bad_row >= 0) {
+        af_errf(L->err, L->errlen, "%s: tensor '%s' holds a NaN or Inf in row %lld", L->m->path,
+                name, (long long)bad_row);
+        return AF_EPARSE;
+    }
     if (!n_out) {
         const float *f = t->data;
         for (int64_t i = 0; i < n_in; i++)
