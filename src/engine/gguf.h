@@ -147,6 +147,8 @@ void gguf_writer_set_arr(struct gguf_writer *w, const char *key, enum gguf_vtype
 /* An array of n strings (each copied, with its length). */
 void gguf_writer_set_arr_str(struct gguf_writer *w, const char *key, const struct gguf_str *v,
                              uint64_t n);
+/* Copies one KV of an open file, byte for byte (any type). */
+void gguf_writer_copy_kv(struct gguf_writer *w, const struct gguf_kv *kv);
 /* Copies every KV of `g` (for quantize / merge), in order. */
 void gguf_writer_copy_kvs(struct gguf_writer *w, const struct gguf_file *g);
 /* Adds a tensor; `data` (nbytes, borrowed until gguf_writer_write returns) must match type

@@ -187,13 +187,16 @@ void gguf_writer_set_arr_str(struct gguf_writer *w, const char *key, const struc
     kv->val_len = len;
 }
 
+void gguf_writer_copy_kv(struct gguf_writer *w, const struct gguf_kv *kv)
+{
+    set_raw(w, kv->key.s, (size_t)kv->key.n, kv->type, kv->arr_type, kv->arr_n, kv->data,
+            (size_t)kv->nbytes);
+}
+
 void gguf_writer_copy_kvs(struct gguf_writer *w, const struct gguf_file *g)
 {
-    for (uint64_t i = 0; i < gguf_n_kv(g); i++) {
-        const struct gguf_kv *kv = gguf_kv_at(g, i);
-        set_raw(w, kv->key.s, (size_t)kv->key.n, kv->type, kv->arr_type, kv->arr_n, kv->data,
-                (size_t)kv->nbytes);
-    }
+    for (uint64_t i = 0; i < gguf_n_kv(g); i++)
+        gguf_writer_copy_kv(w, gguf_kv_at(g, i));
 }
 
 int gguf_writer_add_tensor(struct gguf_writer *w, const char *name, uint32_t type, uint32_t n_dims,

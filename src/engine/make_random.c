@@ -35,10 +35,13 @@ static const struct shape shapes[] = {
     {"llama3-8b", 32, 4096, 32, 8, 14336, 128256, 8192, 500000.0f, 1e-5f, 0},
 };
 
-static const char *make_random_shapes(void);
-static const char *make_random_shapes(void)
+/* The shape names, comma-separated, for messages. */
+static void shape_names(char *buf, size_t len)
 {
-    return "tiny, small, qwen2.5-0.5b, qwen2.5-1.5b, qwen2.5-7b, llama3.2-1b, llama3-8b";
+    size_t used = 0;
+    buf[0] = '\0';
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0] && used < len; i++)
+        used += (size_t)snprintf(buf + used, len - used, "%s%s", i ? ", " : "", shapes[i].name);
 }
 
 /* GPT-2's byte-to-unicode map: printable bytes stand for themselves, the rest are shifted up
@@ -106,29 +109,6 @@ static int64_t byte_vocab(struct gguf_writer *w, int64_t n_vocab, int llama)
     return n;
 }
 
-static void copy_kv(struct gguf_writer *w, const struct gguf_kv *kv)
-{
-    char *key = af_xstrndup(kv->key.s, (size_t)kv->key.n);
-    if (kv->type == GGUF_STRING) {
-        struct gguf_str v;
-        memcpy(&v.n, kv->data, sizeof v.n);
-        char *val = af_xstrndup((const char *)kv->data + 8, (size_t)v.n);
-        gguf_writer_set_str(w, key, val);
-        free(val);
-    } else if (kv->type == GGUF_ARRAY && kv->arr_type == GGUF_STRING) {
-        struct gguf_str *v = af_xcalloc(kv->arr_n ? (size_t)kv->arr_n : 1, sizeof *v);
-        for (uint64_t i = 0; i < kv->arr_n; i++)
-            v[i] = gguf_arr_str(kv, i);
-        gguf_writer_set_arr_str(w, key, v, kv->arr_n);
-        free(v);
-    } else if (kv->type == GGUF_ARRAY) {
-        gguf_writer_set_arr(w, key, kv->arr_type, kv->data, kv->arr_n);
-    } else {
-        gguf_writer_set_scalar(w, key, kv->type, kv->data);
-    }
-    free(key);
-}
-
 /* Copies the tokenizer.* keys of `path`; returns the vocabulary size or -1. */
 static int64_t copy_vocab(struct gguf_writer *w, const char *path, char *err, size_t errlen)
 {
@@ -145,7 +125,7 @@ static int64_t copy_vocab(struct gguf_writer *w, const char *path, char *err, si
     for (uint64_t i = 0; i < gguf_n_kv(g); i++) {
         const struct gguf_kv *kv = gguf_kv_at(g, i);
         if (kv->key.n > 10 && !memcmp(kv->key.s, "tokenizer.", 10))
-            copy_kv(w, kv);
+            gguf_writer_copy_kv(w, kv);
     }
     gguf_close(g);
     return n;
@@ -270,7 +250,9 @@ int af_engine_make_random(const struct af_engine_random_params *p, const char *o
     struct quantize_plan plan;
     int qwen = p->arch && !strcmp(p->arch, "qwen2");
     if (!sh) {
-        af_errf(err, errlen, "unknown shape '%s' (%s)", p->shape, make_random_shapes());
+        char names[256];
+        shape_names(names, sizeof names);
+        af_errf(err, errlen, "unknown shape '%s' (%s)", p->shape, names);
         return AF_EINVAL;
     }
     if (!qwen && (!p->arch || strcmp(p->arch, "llama"))) {
