@@ -20,20 +20,23 @@ struct af_engine_params {
     size_t prefix_cache_bytes; /* KV bytes kept for reuse across calls; default 1 GiB */
     int prefix_cache_seqs;     /* sequences kept; default 8 */
     const char *chat_template; /* "chatml", "llama3" or NULL = from the model */
+    const char *lora_dir;      /* a PEFT LoRA folder applied to every forward; NULL = none */
 };
 struct af_engine_params af_engine_default_params(void);
 
 struct af_engine;
 
-/* Loads a model. Strings are copied. On failure returns an AF_E* code and writes a message
+/* Loads a model and, with p->lora_dir, its LoRA adapter (a PEFT folder: adapter_config.json
+ * and adapter_model.safetensors, shaped for this model; messages about it start with the
+ * folder). Strings are copied. On failure returns an AF_E* code and writes a message
  * naming the file and the key, tensor or offset at fault into err. *out is owned by the
  * caller: af_engine_free. */
 AF_NODISCARD int af_engine_load(const char *path, const struct af_engine_params *p,
                                 struct af_engine **out, char *err, size_t errlen);
 void af_engine_free(struct af_engine *e);
 
-/* A JSON text describing the model (architecture, shapes, types, vocabulary, template);
- * malloc'd, caller frees. */
+/* A JSON text describing the model (architecture, shapes, types, vocabulary, template) and the
+ * adapter ("lora": {dir, rank, alpha, scale, targets} or null); malloc'd, caller frees. */
 char *af_engine_info_json(struct af_engine *e);
 int64_t af_engine_n_vocab(const struct af_engine *e);
 const char *af_engine_model_path(const struct af_engine *e);

@@ -17,6 +17,7 @@ int cmd_tool(int argc, char **argv);
 int cmd_eval(int argc, char **argv);
 int cmd_index(int argc, char **argv);
 int cmd_model(int argc, char **argv);
+int cmd_train(int argc, char **argv);
 
 /* Maps an AF_E* code of a failed solve to an exit code. */
 int cli_exit_for(int af_err);

@@ -1,7 +1,7 @@
 /*
- * cmd_model.c - `agentflow model info|tokenize|logits|generate|bench|make-random|quantize`:
- * the in-process engine from the command line, for users and for the tests that compare it
- * with llama.cpp.
+ * cmd_model.c - `agentflow model info|tokenize|logits|generate|bench|make-random|quantize|
+ * merge`: the in-process engine from the command line, for users and for the tests that compare
+ * it with llama.cpp.
  */
 #include <getopt.h>
 #include <jansson.h>
@@ -12,6 +12,7 @@
 #include "agentflow/engine.h"
 #include "cli/cli.h"
 #include "core/clock.h"
+#include "engine/lora_merge.h"
 
 static void model_usage(FILE *f)
 {
@@ -23,6 +24,7 @@ static void model_usage(FILE *f)
                "       agentflow model make-random --arch qwen2|llama --shape SHAPE --type T\n"
                "                                   --seed S [--vocab-from GGUF] OUT.gguf\n"
                "       agentflow model quantize IN.gguf OUT.gguf TYPE\n"
+               "       agentflow model merge BASE.gguf ADAPTER_DIR OUT.gguf [--type T]\n"
                "\n"
                "Common options: --threads N, --ctx N, --chat-template chatml|llama3.\n"
                "tokenize prints the ids on one line (BOS added as the vocabulary says, special\n"
@@ -34,6 +36,9 @@ static void model_usage(FILE *f)
                "  --ignore-eos.\n"
                "bench prints prefill and decode tokens/s on random token ids, and the time of a\n"
                "  second prefill that shares a --prefix-token prefix with the first.\n"
+               "merge folds a PEFT LoRA folder into the weights it adapts (W += alpha/r * B.A),\n"
+               "  written in each tensor's own type or --type T (F32 F16 BF16 Q8_0 Q4_0 Q4_1\n"
+               "  Q5_0 Q5_1 Q4_K Q5_K Q6_K); every other tensor and key is copied as it is.\n"
                "Shapes: tiny, small, qwen2.5-0.5b, qwen2.5-1.5b, qwen2.5-7b, llama3.2-1b,\n"
                "  llama3-8b. Types: F32 F16 BF16 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 Q4_K Q4_K_M Q5_K\n"
                "  Q5_K_M Q6_K.\n"
@@ -99,6 +104,7 @@ struct model_args {
     struct af_engine_gen_params gp;
     struct af_engine_random_params rp;
     const char *prompt;
+    const char *merge_type; /* --type as given, NULL when absent */
     int top, chat, json, no_bos, no_special;
     long n_prompt_bench, prefix;
     int n_gen_set;
@@ -208,6 +214,7 @@ static int parse_one(struct model_args *a, int o, const char *v)
         break;
     case OPT_TYPE:
         a->rp.type = v;
+        a->merge_type = v;
         break;
     case OPT_VOCAB:
         a->rp.vocab_from = v;
@@ -544,12 +551,36 @@ static int do_quantize(const struct model_args *a)
     return CLI_OK;
 }
 
+static int do_merge(const struct model_args *a)
+{
+    char err[1024];
+    if (a->n_pos != 3) {
+        fprintf(stderr, "agentflow model merge: expected BASE.gguf ADAPTER_DIR OUT.gguf\n");
+        return CLI_EUSAGE;
+    }
+    if (a->merge_type && lora_merge_parse_type(a->merge_type) < 0) {
+        fprintf(stderr,
+                "agentflow model merge: unknown --type '%s' (F32, F16, BF16, Q8_0, Q4_0, Q4_1, "
+                "Q5_0, Q5_1, Q4_K, Q5_K, Q6_K)\n",
+                a->merge_type);
+        return CLI_EUSAGE;
+    }
+    struct lora_merge_stats st = {0, 0};
+    if (lora_merge_files(a->pos[0], a->pos[1], a->pos[2], a->merge_type, &st, err, sizeof err)) {
+        fprintf(stderr, "agentflow model merge: %s\n", err);
+        return CLI_EINPUT;
+    }
+    printf("%s: %zu tensors merged (%s), %zu copied\n", a->pos[2], st.n_merged,
+           a->merge_type ? a->merge_type : "their own types", st.n_copied);
+    return CLI_OK;
+}
+
 int cmd_model(int argc, char **argv)
 {
-    static const char *subs[] = {"info",  "tokenize",    "logits",  "generate",
-                                 "bench", "make-random", "quantize"};
+    static const char *subs[] = {"info",  "tokenize",    "logits",   "generate",
+                                 "bench", "make-random", "quantize", "merge"};
     int which = -1;
-    for (int i = 0; argc >= 2 && i < 7; i++)
+    for (int i = 0; argc >= 2 && i < 8; i++)
         if (!strcmp(argv[1], subs[i]))
             which = i;
     if (which < 0) {
@@ -580,7 +611,9 @@ int cmd_model(int argc, char **argv)
         return do_bench(&a);
     case 5:
         return do_make_random(&a);
-    default:
+    case 6:
         return do_quantize(&a);
+    default:
+        return do_merge(&a);
     }
 }

@@ -18,7 +18,8 @@ static void usage(FILE *f)
                "  tool     list the tools or call one directly\n"
                "  eval     score predictions against a benchmark\n"
                "  index    build or query the offline Wikipedia passage index\n"
-               "  model    inspect, run, benchmark, quantize or generate GGUF models\n"
+               "  model    inspect, run, benchmark, quantize, merge or generate GGUF models\n"
+               "  train    fine-tune a model (sft: chat JSONL, LoRA or full)\n"
                "  version  print the version\n"
                "\n"
                "Run 'agentflow COMMAND --help' for a command's options.\n");
@@ -60,6 +61,8 @@ int main(int argc, char **argv)
         return cmd_index(argc - 1, argv + 1);
     if (strcmp(cmd, "model") == 0)
         return cmd_model(argc - 1, argv + 1);
+    if (strcmp(cmd, "train") == 0)
+        return cmd_train(argc - 1, argv + 1);
     if (strcmp(cmd, "version") == 0 || strcmp(cmd, "--version") == 0) {
         printf("agentflow %s\n", AGENTFLOW_VERSION);
         return CLI_OK;

@@ -1,6 +1,8 @@
 /*
- * engine.c - the public engine API (agentflow/engine.h): a model, one forward context and a
- * prefix cache behind a mutex; generation with sampling, stop strings and streaming.
+ * engine.c - the public engine API (agentflow/engine.h): a model, an optional LoRA adapter, one
+ * forward context and a prefix cache behind a mutex; generation with sampling, stop strings and
+ * streaming. The adapter is fixed at load, so every KV the prefix cache holds was computed with
+ * it: one engine never mixes adapted and plain KV.
  */
 #include "agentflow/engine.h"
 
@@ -15,6 +17,7 @@
 #include "core/xalloc.h"
 #include "engine/chat.h"
 #include "engine/forward.h"
+#include "engine/lora.h"
 #include "engine/model.h"
 #include "engine/prefix.h"
 #include "engine/quant.h"
@@ -22,6 +25,8 @@
 
 struct af_engine {
     struct model *m;
+    struct lora_adapter *lora; /* owned; NULL = none */
+    char *lora_dir;            /* owned; NULL = none */
     struct fwd_ctx *fc;
     struct prefix_cache *pc;
     enum chat_template tmpl;
@@ -62,11 +67,24 @@ int af_engine_load(const char *path, const struct af_engine_params *p, struct af
     int rc = model_load(path, &m, err, errlen);
     if (rc)
         return rc;
+    struct lora_adapter *lora = NULL;
+    if (p->lora_dir && p->lora_dir[0]) {
+        char msg[1024] = "";
+        rc = lora_load_peft(p->lora_dir, m, &lora, msg, sizeof msg);
+        if (rc) {
+            /* Most of lora_io's messages already start with the folder or a file in it. */
+            int named = !strncmp(msg, p->lora_dir, strlen(p->lora_dir));
+            af_errf(err, errlen, "%s%s%s", named ? "" : p->lora_dir, named ? "" : ": ", msg);
+            model_free(m);
+            return rc;
+        }
+    }
     enum chat_template t = CHAT_TEMPLATE_NONE;
     if (p->chat_template && p->chat_template[0]) {
         t = chat_template_from_name(p->chat_template);
         if (t == CHAT_TEMPLATE_NONE) {
             af_errf(err, errlen, "unknown chat template '%s' (chatml, llama3)", p->chat_template);
+            lora_free(lora);
             model_free(m);
             return AF_EINVAL;
         }
@@ -75,6 +93,8 @@ int af_engine_load(const char *path, const struct af_engine_params *p, struct af
     }
     struct af_engine *e = af_xcalloc(1, sizeof *e);
     e->m = m;
+    e->lora = lora;
+    e->lora_dir = lora ? af_xstrdup(p->lora_dir) : NULL;
     e->tmpl = t;
     if (t == CHAT_TEMPLATE_CHATML)
         e->default_system = chat_template_default_system(m->chat_template);
@@ -82,6 +102,7 @@ int af_engine_load(const char *path, const struct af_engine_params *p, struct af
     if (p->n_ctx <= 0 && n_ctx > 32768)
         n_ctx = 32768;
     e->fc = fwd_ctx_new(m, n_ctx, p->n_threads);
+    fwd_ctx_set_lora(e->fc, e->lora);
     e->pc = prefix_cache_new(m, p->prefix_cache_seqs, p->prefix_cache_bytes);
     e->logits = af_xmalloc((size_t)m->hp.n_vocab * sizeof(float));
     pthread_mutex_init(&e->mu, NULL);
@@ -95,6 +116,8 @@ void af_engine_free(struct af_engine *e)
         return;
     prefix_cache_free(e->pc);
     fwd_ctx_free(e->fc);
+    lora_free(e->lora);
+    free(e->lora_dir);
     model_free(e->m);
     free(e->default_system);
     free(e->logits);
@@ -123,6 +146,19 @@ static json_t *type_counts(const struct model *m)
     return o;
 }
 
+static json_t *lora_json(const struct af_engine *e)
+{
+    const struct lora_adapter *l = e->lora;
+    if (!l)
+        return json_null();
+    json_t *targets = json_array();
+    for (int t = 0; t < LORA_N_TARGETS; t++)
+        if (l->targets & (1u << t))
+            json_array_append_new(targets, json_string(lora_target_peft_name((enum lora_target)t)));
+    return json_pack("{ss si sf sf so}", "dir", e->lora_dir, "rank", l->rank, "alpha",
+                     (double)l->alpha, "scale", (double)l->scale, "targets", targets);
+}
+
 char *af_engine_info_json(struct af_engine *e)
 {
     const struct model *m = e->m;
@@ -145,6 +181,7 @@ char *af_engine_info_json(struct af_engine *e)
                             "bos", tok_bos(m->tok), "eos", tok_eos(m->tok), "eot", tok_eot(m->tok));
     json_object_set_new(j, "tokenizer", tok);
     json_object_set_new(j, "chat_template", json_string(chat_template_name(e->tmpl)));
+    json_object_set_new(j, "lora", lora_json(e));
     char *s = json_dumps(j, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
     json_decref(j);
     return s;

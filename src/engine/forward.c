@@ -9,6 +9,7 @@
  */
 #include "engine/forward.h"
 
+#include <assert.h>
 #include <math.h>
 #include <omp.h>
 #include <stdlib.h>
@@ -16,6 +17,7 @@
 
 #include "core/errf.h"
 #include "core/xalloc.h"
+#include "engine/lora.h"
 #include "engine/quant.h"
 
 #define UBATCH 256
@@ -28,6 +30,8 @@ struct fwd_ctx {
     float *scores; /* [n_threads][group][max_ctx] */
     void *qbuf;    /* prepared activations: UBATCH rows of the widest input */
     size_t qbuf_row;
+    const struct lora_adapter *lora; /* borrowed; NULL = none */
+    float *lora_tmp;                 /* [UBATCH][rank] */
 };
 
 /* ---- KV sequences --------------------------------------------------------------------- */
@@ -170,7 +174,16 @@ void fwd_ctx_free(struct fwd_ctx *c)
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         free(bufs[i]);
     free(c->qbuf);
+    free(c->lora_tmp);
     free(c);
+}
+
+void fwd_ctx_set_lora(struct fwd_ctx *c, const struct lora_adapter *l)
+{
+    assert(!l || l->n_layer == c->m->hp.n_layer);
+    free(c->lora_tmp);
+    c->lora_tmp = l ? af_xmalloc((size_t)UBATCH * (size_t)l->rank * sizeof(float)) : NULL;
+    c->lora = l;
 }
 
 int64_t fwd_ctx_max_ctx(const struct fwd_ctx *c)
@@ -200,6 +213,24 @@ static void matmul(struct fwd_ctx *c, const struct weight *w, const float *x, in
         int64_t r0 = (int64_t)t * per, r1 = r0 + per > w->n_out ? w->n_out : r0 + per;
         if (r0 < r1)
             quant_matmul(w->type, w->data, w->n_in, qb, nb, out, w->n_out, r0, r1);
+    }
+}
+
+/* y += the adapter's delta for (layer il, target t), when that pair is adapted. Rows are split
+ * between threads only for prefill; each row's sums are the same either way (lora_apply.c). */
+static void lora_add(struct fwd_ctx *c, int64_t il, enum lora_target t, const float *x, int64_t nb,
+                     float *y)
+{
+    const struct lora_pair *p = c->lora ? lora_pair_at(c->lora, il, t) : NULL;
+    if (!p)
+        return;
+    const struct lora_adapter *l = c->lora;
+    const int64_t rank = l->rank, chunk = 8;
+    const int nt = c->n_threads;
+#pragma omp parallel for num_threads(nt) schedule(static) if (nb >= 2 * chunk)
+    for (int64_t j0 = 0; j0 < nb; j0 += chunk) {
+        const int64_t n = nb - j0 < chunk ? nb - j0 : chunk;
+        lora_apply(l, p, x + j0 * p->n_in, n, y + j0 * p->n_out, c->lora_tmp + j0 * rank);
     }
 }
 
@@ -336,8 +367,11 @@ static void layer(struct fwd_ctx *c, struct kv_seq *s, int64_t il, int64_t pos0,
     const int64_t d = hp->n_embd, ff = hp->n_ff;
     rms_norm(c->x, &ly->attn_norm, hp->rms_eps, d, nb, c->xn);
     matmul(c, &ly->wq, c->xn, nb, c->q);
+    lora_add(c, il, LORA_Q, c->xn, nb, c->q);
     matmul(c, &ly->wk, c->xn, nb, c->k);
+    lora_add(c, il, LORA_K, c->xn, nb, c->k);
     matmul(c, &ly->wv, c->xn, nb, c->v);
+    lora_add(c, il, LORA_V, c->xn, nb, c->v);
     add_bias(&ly->bq, c->q, nb);
     add_bias(&ly->bk, c->k, nb);
     add_bias(&ly->bv, c->v, nb);
@@ -346,17 +380,21 @@ static void layer(struct fwd_ctx *c, struct kv_seq *s, int64_t il, int64_t pos0,
     store_kv(s, il, pos0, nb, c->k, c->v);
     attention(c, s, il, pos0, nb);
     matmul(c, &ly->wo, c->att, nb, c->xn);
+    lora_add(c, il, LORA_O, c->att, nb, c->xn);
     add_bias(&ly->bo, c->xn, nb);
     for (int64_t i = 0; i < nb * d; i++)
         c->x[i] += c->xn[i];
     rms_norm(c->x, &ly->ffn_norm, hp->rms_eps, d, nb, c->xn);
     matmul(c, &ly->w_gate, c->xn, nb, c->gate);
+    lora_add(c, il, LORA_GATE, c->xn, nb, c->gate);
     matmul(c, &ly->w_up, c->xn, nb, c->up);
+    lora_add(c, il, LORA_UP, c->xn, nb, c->up);
     for (int64_t i = 0; i < nb * ff; i++) {
         float g = c->gate[i];
         c->gate[i] = g / (1.0f + expf(-g)) * c->up[i];
     }
     matmul(c, &ly->w_down, c->gate, nb, c->xn);
+    lora_add(c, il, LORA_DOWN, c->gate, nb, c->xn);
     for (int64_t i = 0; i < nb * d; i++)
         c->x[i] += c->xn[i];
 }

@@ -44,6 +44,13 @@ void fwd_ctx_free(struct fwd_ctx *c);
 int64_t fwd_ctx_max_ctx(const struct fwd_ctx *c);
 void fwd_ctx_set_threads(struct fwd_ctx *c, int n_threads);
 
+struct lora_adapter;
+/* Makes every later fwd_eval add l's delta after each adapted linear (q, k, v before their
+ * bias and RoPE; o, gate, up, down); NULL removes it. l is borrowed and must outlive its use,
+ * and be shaped for c's model (lora_load_peft checks that). KV computed with and without an
+ * adapter differ: the caller keeps them apart. */
+void fwd_ctx_set_lora(struct fwd_ctx *c, const struct lora_adapter *l);
+
 enum fwd_logits { FWD_LOGITS_NONE, FWD_LOGITS_LAST, FWD_LOGITS_ALL };
 
 /* Appends n tokens to s and computes their keys and values (in batches). Logits of the last

@@ -1,7 +1,10 @@
 /*
- * gguf.c - the in-process engine as a chat back-end (`gguf:PATH`). Handles that name the same
- * file share one loaded engine (a process-wide list with reference counts), so every slot of a
- * flow can point at one model without loading it twice. The engine serialises calls.
+ * gguf.c - the in-process engine as a chat back-end (`gguf:PATH`, or `gguf:PATH+lora:DIR` for
+ * the model with a PEFT LoRA adapter). Handles that name the same file and the same adapter
+ * share one loaded engine (a process-wide list with reference counts), so every slot of a flow
+ * can point at one model without loading it twice; the same file with and without an adapter
+ * (or with two adapters) gives separate engines, so no KV is shared between them. The engine
+ * serialises calls.
  *
  * Each reply carries the prompt ids, the response ids and their log-probabilities, which the
  * trainer needs exactly as sampled.
@@ -18,6 +21,8 @@
 
 struct shared_engine {
     char *path;
+    char *lora_dir; /* NULL = no adapter */
+    char *spec;     /* "PATH" or "PATH+lora:DIR", for messages */
     struct af_engine *e;
     int refs;
     struct shared_engine *next;
@@ -31,20 +36,30 @@ struct gguf_llm {
     char *describe;
 };
 
-static struct shared_engine *shared_get(const char *path, const struct af_engine_params *p,
-                                        char *err, size_t errlen)
+static int same_key(const struct shared_engine *s, const char *path, const char *lora_dir)
+{
+    return !strcmp(s->path, path) &&
+           !strcmp(s->lora_dir ? s->lora_dir : "", lora_dir ? lora_dir : "");
+}
+
+static struct shared_engine *shared_get(const char *path, const char *lora_dir, const char *spec,
+                                        const struct af_engine_params *p, char *err, size_t errlen)
 {
     pthread_mutex_lock(&shared_mu);
     struct shared_engine *s = shared_list;
-    while (s && strcmp(s->path, path))
+    while (s && !same_key(s, path, lora_dir))
         s = s->next;
     if (s) {
         s->refs++;
     } else {
         struct af_engine *e = NULL;
-        if (af_engine_load(path, p, &e, err, errlen) == AF_OK) {
+        struct af_engine_params ep = p ? *p : af_engine_default_params();
+        ep.lora_dir = lora_dir;
+        if (af_engine_load(path, &ep, &e, err, errlen) == AF_OK) {
             s = af_xcalloc(1, sizeof *s);
             s->path = af_xstrdup(path);
+            s->lora_dir = lora_dir ? af_xstrdup(lora_dir) : NULL;
+            s->spec = af_xstrdup(spec);
             s->e = e;
             s->refs = 1;
             s->next = shared_list;
@@ -65,6 +80,8 @@ static void shared_put(struct shared_engine *s)
         *pp = s->next;
         af_engine_free(s->e);
         free(s->path);
+        free(s->lora_dir);
+        free(s->spec);
         free(s);
     }
     pthread_mutex_unlock(&shared_mu);
@@ -120,24 +137,24 @@ static int gguf_llm_chat(void *self, const struct af_llm_request *req, struct af
     int rc = af_engine_chat_prompt(e, msgs, req->n_msgs, &prompt, err, sizeof err);
     free(msgs);
     if (rc)
-        return fail(reply, rc, g->se->path, err);
+        return fail(reply, rc, g->se->spec, err);
     int32_t *ids = NULL;
     size_t n_ids = 0;
     rc = af_engine_tokenize(e, prompt, 0, 1, &ids, &n_ids, err, sizeof err);
     free(prompt);
     if (rc)
-        return fail(reply, rc, g->se->path, err);
+        return fail(reply, rc, g->se->spec, err);
     struct af_engine_gen_params p = gen_params(&req->sampling);
     struct af_engine_result res;
     rc = af_engine_generate(e, ids, n_ids, &p, &res, err, sizeof err);
     if (rc) {
         free(ids);
         af_engine_result_deinit(&res);
-        return fail(reply, AF_EBACKEND, g->se->path, err);
+        return fail(reply, AF_EBACKEND, g->se->spec, err);
     }
     reply->text = res.text;
     res.text = NULL;
-    reply->model = af_xstrdup(g->se->path);
+    reply->model = af_xstrdup(g->se->spec);
     reply->finish_reason = af_xstrdup(res.finish_reason ? res.finish_reason : "stop");
     reply->prompt_tokens = (int64_t)n_ids;
     reply->completion_tokens = (int64_t)res.n_ids;
@@ -155,16 +172,69 @@ static int gguf_llm_chat(void *self, const struct af_llm_request *req, struct af
 
 static const struct af_llm_ops gguf_ops = {"gguf", gguf_llm_chat, gguf_llm_free, gguf_llm_describe};
 
-struct af_llm *af_llm_gguf_new(const char *path, const struct af_engine_params *p, char *err,
+/* Splits "PATH[+NAME:VALUE]" at the first '+' followed by a lower-case word and ':' (a plain
+ * '+' stays part of the path). *path and *lora_dir are malloc'd (caller frees); *lora_dir is
+ * NULL when there is no suffix. AF_EINVAL for an unknown NAME or an empty value. */
+static int parse_spec(const char *spec, char **path, char **lora_dir, char *err, size_t errlen)
+{
+    *path = NULL;
+    *lora_dir = NULL;
+    const char *plus = spec;
+    size_t word = 0;
+    while ((plus = strchr(plus, '+')) != NULL) {
+        word = 0;
+        while (plus[1 + word] >= 'a' && plus[1 + word] <= 'z')
+            word++;
+        if (word && plus[1 + word] == ':')
+            break;
+        plus++;
+    }
+    if (!plus) {
+        *path = af_xstrdup(spec);
+        return AF_OK;
+    }
+    if (word != 4 || strncmp(plus + 1, "lora", 4)) {
+        af_errf(err, errlen, "gguf:%s: unknown suffix '+%.*s:' (the one suffix is +lora:DIR)", spec,
+                (int)word, plus + 1);
+        return AF_EINVAL;
+    }
+    const char *dir = plus + 6;
+    if (!*dir) {
+        af_errf(err, errlen, "gguf:%s: +lora: needs the adapter folder (+lora:DIR)", spec);
+        return AF_EINVAL;
+    }
+    if (plus == spec) {
+        af_errf(err, errlen, "gguf:%s: the model path before +lora: is empty", spec);
+        return AF_EINVAL;
+    }
+    *path = af_xmalloc((size_t)(plus - spec) + 1);
+    memcpy(*path, spec, (size_t)(plus - spec));
+    (*path)[plus - spec] = '\0';
+    *lora_dir = af_xstrdup(dir);
+    return AF_OK;
+}
+
+struct af_llm *af_llm_gguf_new(const char *spec, const struct af_engine_params *p, char *err,
                                size_t errlen)
 {
-    struct shared_engine *se = shared_get(path, p, err, errlen);
+    char *path = NULL, *lora_dir = NULL;
+    if (parse_spec(spec, &path, &lora_dir, err, errlen))
+        return NULL;
+    if (!lora_dir && p && p->lora_dir && p->lora_dir[0])
+        lora_dir = af_xstrdup(p->lora_dir);
+    size_t n = strlen(path) + (lora_dir ? strlen(lora_dir) + 6 : 0) + 1;
+    char *key = af_xmalloc(n);
+    snprintf(key, n, "%s%s%s", path, lora_dir ? "+lora:" : "", lora_dir ? lora_dir : "");
+    struct shared_engine *se = shared_get(path, lora_dir, key, p, err, errlen);
+    free(path);
+    free(lora_dir);
+    free(key);
     if (!se)
         return NULL;
     struct gguf_llm *g = af_xcalloc(1, sizeof *g);
     g->se = se;
-    size_t n = strlen(path) + 6;
+    n = strlen(se->spec) + 6;
     g->describe = af_xmalloc(n);
-    snprintf(g->describe, n, "gguf:%s", path);
+    snprintf(g->describe, n, "gguf:%s", se->spec);
     return af_llm_new_custom(&gguf_ops, g);
 }

@@ -7,6 +7,7 @@
  */
 #include "train/gemm.h"
 
+#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -285,14 +286,51 @@ void train_gemm_tn_blocked(int64_t m, int64_t n, int64_t k, const float *a, cons
 /* ---- Dispatch --------------------------------------------------------------------------- */
 
 #ifdef AF_HAVE_CBLAS
+/* OpenBLAS runs single-threaded inside OpenMP threads that each take a slice of C: its own
+ * pthreads and OpenMP's spinning workers would otherwise fight over the cores (measured: half
+ * the time in sched_yield on 2 cores). The slices are fixed by the thread count, so results do
+ * not depend on timing. */
+static void sgemm_one(int ta, int tb, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
+                      const float *b, int64_t ldb, float *c, int64_t ldc, int accumulate)
+{
+    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
+                (int)m, (int)n, (int)k, 1.0f, a, (int)lda, b, (int)ldb, accumulate ? 1.0f : 0.0f, c,
+                (int)ldc);
+}
+
 static void sgemm(int ta, int tb, int64_t m, int64_t n, int64_t k, const float *a, const float *b,
                   float *c, int accumulate)
 {
     if (m == 0 || n == 0)
         return;
-    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
-                (int)m, (int)n, (int)k, 1.0f, a, ta ? (int)m : (int)k, b, tb ? (int)k : (int)n,
-                accumulate ? 1.0f : 0.0f, c, (int)n);
+    static int single;
+    if (!__atomic_load_n(&single, __ATOMIC_ACQUIRE)) {
+        openblas_set_num_threads(1);
+        __atomic_store_n(&single, 1, __ATOMIC_RELEASE);
+    }
+    const int64_t lda = ta ? m : k, ldb = tb ? k : n;
+    const int nt = omp_in_parallel() ? 1 : omp_get_max_threads();
+    if (nt <= 1 || (double)m * (double)n * (double)k < 262144.0) {
+        sgemm_one(ta, tb, m, n, k, a, lda, b, ldb, c, n, accumulate);
+        return;
+    }
+    const int by_rows = m >= n;
+#pragma omp parallel num_threads(nt)
+    {
+        const int t = omp_get_thread_num(), cnt = omp_get_num_threads();
+        const int64_t total = by_rows ? m : n;
+        int64_t per = (total + cnt - 1) / cnt;
+        per = (per + 15) / 16 * 16;
+        const int64_t i0 = (int64_t)t * per, i1 = i0 + per < total ? i0 + per : total;
+        if (i0 < i1) {
+            if (by_rows)
+                sgemm_one(ta, tb, i1 - i0, n, k, ta ? a + i0 : a + i0 * k, lda, b, ldb, c + i0 * n,
+                          n, accumulate);
+            else
+                sgemm_one(ta, tb, m, i1 - i0, k, a, lda, tb ? b + i0 * k : b + i0, ldb, c + i0, n,
+                          accumulate);
+        }
+    }
 }
 #endif
 
@@ -333,4 +371,10 @@ const char *train_gemm_backend(void)
 #else
     return "blocked";
 #endif
+}
+
+void train_gemm_set_threads(int n)
+{
+    if (n > 0)
+        omp_set_num_threads(n);
 }

@@ -40,6 +40,8 @@ void train_gemm_tn_blocked(int64_t m, int64_t n, int64_t k, const float *a, cons
 
 /* 1 when *_blocked uses the AVX2+FMA micro-kernel on this CPU. */
 int train_gemm_has_avx2(void);
+/* Threads of the products (OpenMP's; OpenBLAS runs one per slice); n <= 0: the default. */
+void train_gemm_set_threads(int n);
 /* "openblas" or "blocked": what the plain-named forms run. */
 const char *train_gemm_backend(void);
 

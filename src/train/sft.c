@@ -1,0 +1,476 @@
+/*
+ * sft.c - the fine-tuning loop (see sft.h): data order, loss weights, optimiser steps,
+ * metrics, checkpoints and resume.
+ */
+#include "train/sft.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "core/clock.h"
+#include "core/errf.h"
+#include "core/fileio.h"
+#include "core/xalloc.h"
+#include "engine/gguf.h"
+#include "engine/lora.h"
+#include "engine/model.h"
+#include "engine/quant.h"
+#include "train/ckpt.h"
+#include "train/net.h"
+#include "train/rng.h"
+#include "train/sft_data.h"
+
+struct train_sft_opts train_sft_default_opts(void)
+{
+    struct train_sft_opts o = {0};
+    o.lora_rank = 8;
+    o.lora_targets = LORA_ALL_TARGETS;
+    o.schedule = "constant";
+    o.adamw = train_adamw_defaults();
+    o.clip = 1.0f;
+    o.steps = 100;
+    o.batch = 1;
+    o.accum = 1;
+    o.max_seq = 1024;
+    o.save_every = 50;
+    o.keep = 2;
+    return o;
+}
+
+struct run {
+    const struct train_sft_opts *o;
+    struct model *m;
+    struct sft_data *data;
+    struct lora_adapter *lora;
+    struct train_net *net;
+    const struct train_param *params;
+    size_t np;
+    struct train_adamw_state opt;
+    struct train_sched sched;
+    struct ckpt_state st;
+    struct train_rng rng; /* advances through the current epoch's shuffle */
+    int64_t *perm;
+    float lr_base, alpha;
+    struct af_linelog *metrics;
+};
+
+static void note(const struct run *r, const char *fmt, ...) AF_PRINTF(2, 3);
+static void note(const struct run *r, const char *fmt, ...)
+{
+    if (!r->o->on_message)
+        return;
+    char buf[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    r->o->on_message(r->o->user, buf);
+}
+
+/* The settings a resumed run must share with the checkpoint, as JSON text (malloc'd). */
+static char *settings_json(const struct run *r)
+{
+    const struct train_sft_opts *o = r->o;
+    struct stat sb;
+    json_int_t data_bytes = stat(o->data_path, &sb) == 0 ? (json_int_t)sb.st_size : -1;
+    json_t *s = json_pack(
+        "{s:s,s:s,s:I,s:b,s:i,s:f,s:f,s:i,s:f,s:s,s:I,s:f,s:f,s:f,s:f,s:f,s:f,s:I,s:I,s:I,s:I,"
+        "s:s}",
+        "model", o->model_path, "data", o->data_path, "data_bytes", data_bytes, "full", o->full,
+        "lora_rank", o->full ? 0 : o->lora_rank, "lora_alpha", o->full ? 0.0 : (double)r->alpha,
+        "lora_dropout", (double)o->lora_dropout, "lora_targets", (int)o->lora_targets, "lr",
+        (double)r->lr_base, "schedule", o->schedule ? o->schedule : "constant", "warmup",
+        (json_int_t)o->warmup, "min_lr_ratio", (double)o->min_lr_ratio, "beta1",
+        (double)o->adamw.beta1, "beta2", (double)o->adamw.beta2, "eps", (double)o->adamw.eps,
+        "weight_decay", (double)o->adamw.weight_decay, "clip", (double)o->clip, "batch",
+        (json_int_t)o->batch, "accum", (json_int_t)o->accum, "max_seq", (json_int_t)o->max_seq,
+        "seed", (json_int_t)o->seed, "chat_template", o->chat_template ? o->chat_template : "");
+    char *text = json_dumps(s, JSON_COMPACT);
+    json_decref(s);
+    return text;
+}
+
+/* Names the first setting that differs between a checkpoint's and this run's. */
+static int settings_match(const char *saved, const char *now, char *err, size_t errlen)
+{
+    json_t *a = json_loads(saved, 0, NULL), *b = json_loads(now, 0, NULL);
+    int rc = AF_OK;
+    const char *key;
+    json_t *v;
+    json_object_foreach(b, key, v)
+    {
+        json_t *w = json_object_get(a, key);
+        if (!w || !json_equal(v, w)) {
+            char *sv = w ? json_dumps(w, JSON_ENCODE_ANY) : NULL,
+                 *nv = json_dumps(v, JSON_ENCODE_ANY);
+            af_errf(err, errlen,
+                    "--resume: setting '%s' is %s now but %s in the checkpoint; resume with the "
+                    "same settings (only --steps may change)",
+                    key, nv ? nv : "?", sv ? sv : "absent");
+            free(sv);
+            free(nv);
+            rc = AF_EINVAL;
+            break;
+        }
+    }
+    json_decref(a);
+    json_decref(b);
+    return rc;
+}
+
+static void shuffle_epoch(struct run *r)
+{
+    const int64_t n = (int64_t)r->data->n;
+    r->st.epoch_rng = r->rng;
+    for (int64_t i = 0; i < n; i++)
+        r->perm[i] = i;
+    train_rng_shuffle(&r->rng, r->perm, n);
+}
+
+static const struct sft_example *next_example(struct run *r)
+{
+    if (r->st.pos >= (int64_t)r->data->n) {
+        r->st.epoch++;
+        r->st.pos = 0;
+        shuffle_epoch(r);
+    }
+    return &r->data->ex[r->perm[r->st.pos++]];
+}
+
+static uint64_t mix(uint64_t a, uint64_t b)
+{
+    uint64_t z = a * 0x9e3779b97f4a7c15ull ^ (b + 0x632be59bd9b4e019ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+/* One optimiser step; fills s. */
+static int step_once(struct run *r, struct train_sft_step *s, char *err, size_t errlen)
+{
+    const struct train_sft_opts *o = r->o;
+    const int64_t nseq = o->batch * o->accum;
+    const struct sft_example **ex = af_xmalloc((size_t)nseq * sizeof *ex);
+    int64_t n_target = 0, n_tokens = 0;
+    for (int64_t i = 0; i < nseq; i++) {
+        ex[i] = next_example(r);
+        n_tokens += ex[i]->n;
+        for (int64_t t = 1; t < ex[i]->n; t++)
+            n_target += ex[i]->target[t];
+    }
+    const double t0 = af_clock_ms();
+    train_grads_zero(r->params, r->np);
+    double loss = 0;
+    int rc = AF_OK;
+    for (int64_t i = 0; i < nseq && !rc; i++) {
+        const int64_t T = ex[i]->n;
+        float *w = af_xmalloc((size_t)(T - 1) * sizeof *w);
+        for (int64_t t = 0; t < T - 1; t++)
+            w[t] = ex[i]->target[t + 1] ? 1.0f / (float)n_target : 0.0f;
+        train_net_set_dropout_seed(r->net, mix(o->seed, (uint64_t)(r->st.step * nseq + i)));
+        double l = 0;
+        rc = train_net_loss(r->net, ex[i]->tokens, T, w, 1, &l, NULL, err, errlen);
+        loss += l;
+        free(w);
+    }
+    free(ex);
+    if (rc)
+        return rc;
+    const float lr = train_sched_lr(&r->sched, r->st.step);
+    memset(s, 0, sizeof *s);
+    if (train_grads_nonfinite(r->params, r->np)) {
+        s->skipped = 1;
+        s->grad_norm = NAN;
+    } else {
+        s->grad_norm = train_clip_grad_norm(r->params, r->np, (double)o->clip);
+        train_adamw_step(&r->opt, r->params, r->np, &o->adamw, lr);
+    }
+    r->st.step++;
+    const double ms = af_clock_ms() - t0;
+    s->step = r->st.step;
+    s->steps = o->steps;
+    s->loss = loss;
+    s->lr = lr;
+    s->tokens = n_tokens;
+    s->tokens_per_s = ms > 0 ? (double)n_tokens * 1000.0 / ms : 0;
+    return AF_OK;
+}
+
+static int log_step(struct run *r, const struct train_sft_step *s, char *err, size_t errlen)
+{
+    json_t *o = json_pack("{s:I,s:f,s:f,s:f,s:I,s:f}", "step", (json_int_t)s->step, "loss", s->loss,
+                          "lr", (double)s->lr, "grad_norm", s->skipped ? 0.0 : s->grad_norm,
+                          "tokens", (json_int_t)s->tokens, "tokens_per_s", s->tokens_per_s);
+    if (s->skipped)
+        json_object_set_new(o, "skipped", json_string("non-finite gradients"));
+    char *line = json_dumps(o, JSON_COMPACT);
+    json_decref(o);
+    int rc = af_linelog_append(r->metrics, line, strlen(line));
+    free(line);
+    if (rc)
+        af_errf(err, errlen, "%s/metrics.jsonl: cannot append", r->o->out_dir);
+    return rc;
+}
+
+/* Keeps the metrics lines of steps <= step (a resume drops the ones after its checkpoint). */
+static int trim_metrics(const char *path, int64_t step, char *err, size_t errlen)
+{
+    char *text = NULL;
+    size_t len = 0;
+    if (af_file_read(path, (size_t)1 << 30, &text, &len, NULL, 0) != AF_OK)
+        return AF_OK; /* none yet */
+    char *out = af_xmalloc(len + 1);
+    size_t olen = 0;
+    for (char *p = text; *p;) {
+        char *nl = strchr(p, '\n');
+        size_t l = nl ? (size_t)(nl - p) : strlen(p);
+        json_t *o = json_loadb(p, l, 0, NULL);
+        json_int_t s = o ? json_integer_value(json_object_get(o, "step")) : 0;
+        json_decref(o);
+        if (o && nl && s <= step) { /* a torn last line has no newline: dropped */
+            memcpy(out + olen, p, l + 1);
+            olen += l + 1;
+        }
+        p += l + (nl ? 1 : 0);
+    }
+    int rc = af_file_write_atomic(path, out, olen, err, errlen);
+    free(out);
+    free(text);
+    return rc;
+}
+
+/* Full training: the weights as a GGUF llama.cpp loads (trained tensors F32, the rest copied). */
+static int write_full_gguf(const struct run *r, const char *path, char *err, size_t errlen)
+{
+    const struct gguf_file *g = r->m->gguf;
+    if (!g) {
+        af_errf(err, errlen, "%s: full training writes GGUF output only for a GGUF base model",
+                r->o->model_path);
+        return AF_EINVAL;
+    }
+    struct gguf_writer *w = gguf_writer_new();
+    gguf_writer_copy_kvs(w, g);
+    int rc = AF_OK;
+    for (uint64_t i = 0; i < gguf_n_tensors(g) && !rc; i++) {
+        const struct gguf_tensor *t = gguf_tensor_at(g, i);
+        char name[256];
+        snprintf(name, sizeof name, "%.*s", (int)t->name.n, t->name.s);
+        const struct train_param *p = NULL;
+        for (size_t k = 0; k < r->np && !p; k++)
+            if (strcmp(r->params[k].name, name) == 0)
+                p = &r->params[k];
+        if (p)
+            rc = gguf_writer_add_tensor(w, name, GGML_TYPE_F32, t->n_dims, t->ne, p->w,
+                                        (uint64_t)p->n * sizeof(float), err, errlen);
+        else
+            rc = gguf_writer_add_tensor(w, name, t->type, t->n_dims, t->ne, t->data, t->nbytes, err,
+                                        errlen);
+    }
+    if (!rc)
+        rc = gguf_writer_write(w, path, err, errlen);
+    gguf_writer_free(w);
+    return rc;
+}
+
+static int save(struct run *r, char *err, size_t errlen)
+{
+    const struct train_sft_opts *o = r->o;
+    int rc = ckpt_save(o->out_dir, &r->st, r->lora, r->m, r->params, r->np, &r->opt, o->keep, err,
+                       errlen);
+    if (rc)
+        return rc;
+    if (r->lora)
+        return lora_save_peft(r->lora, r->m, o->out_dir, o->model_path, err, errlen);
+    char path[4096];
+    snprintf(path, sizeof path, "%s/model.gguf", o->out_dir);
+    return write_full_gguf(r, path, err, errlen);
+}
+
+static int check_opts(const struct train_sft_opts *o, char *err, size_t errlen)
+{
+    if (!o->model_path || !o->data_path || !o->out_dir) {
+        af_errf(err, errlen, "train sft needs --model, --data and --out");
+        return AF_EINVAL;
+    }
+    const struct {
+        int bad;
+        const char *msg;
+    } checks[] = {
+        {o->steps < 1, "--steps must be at least 1"},
+        {o->batch < 1 || o->accum < 1, "--batch and --accum must be at least 1"},
+        {o->max_seq < 2, "--max-seq must be at least 2"},
+        {o->save_every < 1, "--save-every must be at least 1"},
+        {!(o->lr >= 0) || !isfinite(o->lr), "--lr must be a non-negative number"},
+        {o->warmup < 0, "--warmup must not be negative"},
+        {!o->full && o->lora_rank < 1, "--lora-rank must be at least 1"},
+        {o->schedule && train_sched_from_name(o->schedule) < 0,
+         "--schedule must be constant, linear or cosine"},
+    };
+    for (size_t i = 0; i < sizeof checks / sizeof checks[0]; i++)
+        if (checks[i].bad) {
+            af_errf(err, errlen, "%s", checks[i].msg);
+            return AF_EINVAL;
+        }
+    return AF_OK;
+}
+
+static int setup(struct run *r, char *err, size_t errlen)
+{
+    const struct train_sft_opts *o = r->o;
+    int rc = model_load(o->model_path, &r->m, err, errlen);
+    if (rc)
+        return rc;
+    if ((rc = sft_data_load(o->data_path, r->m, o->chat_template, o->max_seq, &r->data, err,
+                            errlen)))
+        return rc;
+    if (r->data->n == 0) {
+        af_errf(err, errlen, "%s: no conversation with an assistant reply to train on",
+                o->data_path);
+        return AF_EINVAL;
+    }
+    note(r,
+         "data: %zu conversations, %lld tokens, %lld assistant tokens (%zu cut to --max-seq "
+         "%lld, %zu skipped)",
+         r->data->n, (long long)r->data->n_tokens, (long long)r->data->n_target,
+         r->data->n_truncated, (long long)o->max_seq, r->data->n_skipped);
+    struct train_net_params np = train_net_default_params();
+    np.full = o->full;
+    np.checkpoint = o->recompute;
+    if (!o->full) {
+        rc = lora_new(&r->m->hp, o->lora_rank, r->alpha, o->lora_dropout, o->lora_targets, &r->lora,
+                      err, errlen);
+        if (rc)
+            return rc;
+        lora_init(r->lora, o->seed);
+        np.lora = r->lora;
+    }
+    if ((rc = train_net_new(r->m, &np, &r->net, err, errlen)))
+        return rc;
+    r->params = train_net_params_list(r->net, &r->np);
+    if ((rc = train_adamw_init(&r->opt, r->params, r->np, err, errlen)))
+        return rc;
+    r->sched.kind =
+        (enum train_sched_kind)train_sched_from_name(o->schedule ? o->schedule : "constant");
+    r->sched.lr = r->lr_base;
+    r->sched.warmup = o->warmup;
+    r->sched.total = o->steps;
+    r->sched.min_lr_ratio = o->min_lr_ratio;
+    r->perm = af_xmalloc(r->data->n * sizeof *r->perm);
+    return AF_OK;
+}
+
+static int start_or_resume(struct run *r, char *err, size_t errlen)
+{
+    const struct train_sft_opts *o = r->o;
+    const int64_t latest = ckpt_latest(o->out_dir);
+    r->st.settings_json = settings_json(r);
+    if (!o->resume) {
+        if (latest > 0) {
+            af_errf(err, errlen,
+                    "%s already holds a run (checkpoint-%lld); pass --resume to continue it or "
+                    "choose another --out",
+                    o->out_dir, (long long)latest);
+            return AF_EINVAL;
+        }
+        train_rng_seed(&r->rng, mix(o->seed, 0x5eedull));
+        shuffle_epoch(r);
+        return AF_OK;
+    }
+    if (latest == 0) {
+        af_errf(err, errlen, "--resume: %s has no checkpoint to resume from", o->out_dir);
+        return AF_EINVAL;
+    }
+    char *prev = NULL;
+    int rc = ckpt_read_settings(o->out_dir, latest, &prev, err, errlen);
+    if (rc)
+        return rc;
+    rc = settings_match(prev, r->st.settings_json, err, errlen);
+    free(prev);
+    if (rc)
+        return rc;
+    struct ckpt_state saved = {0};
+    rc = ckpt_load(o->out_dir, latest, r->lora, r->m, r->params, r->np, &r->opt, &saved, err,
+                   errlen);
+    free(saved.settings_json);
+    if (rc)
+        return rc;
+    if (saved.pos > (int64_t)r->data->n) {
+        af_errf(err, errlen,
+                "--resume: the checkpoint's data position %lld is past the %zu "
+                "conversations",
+                (long long)saved.pos, r->data->n);
+        return AF_EINVAL;
+    }
+    r->st.step = saved.step;
+    r->st.epoch = saved.epoch;
+    r->st.pos = saved.pos;
+    r->rng = saved.epoch_rng;
+    const int64_t pos = r->st.pos;
+    shuffle_epoch(r); /* the same permutation as before the stop */
+    r->st.pos = pos;
+    note(r, "resumed from %s/checkpoint-%lld (epoch %lld, conversation %lld)", o->out_dir,
+         (long long)latest, (long long)r->st.epoch, (long long)r->st.pos);
+    char path[4096];
+    snprintf(path, sizeof path, "%s/metrics.jsonl", o->out_dir);
+    return trim_metrics(path, r->st.step, err, errlen);
+}
+
+int train_sft_run(const struct train_sft_opts *o, char *err, size_t errlen)
+{
+    int rc = check_opts(o, err, errlen);
+    if (rc)
+        return rc;
+    struct run r = {0};
+    r.o = o;
+    r.lr_base = o->lr > 0 ? o->lr : (o->full ? 1e-5f : 1e-4f);
+    r.alpha = o->lora_alpha > 0 ? o->lora_alpha : 2.0f * (float)o->lora_rank;
+    if (!(rc = setup(&r, err, errlen)) && !(rc = start_or_resume(&r, err, errlen))) {
+        if (mkdir(o->out_dir, 0755) != 0 && errno != EEXIST) {
+            af_errf(err, errlen, "%s: cannot create the folder: %s", o->out_dir, strerror(errno));
+            rc = AF_EIO;
+        }
+        char path[4096];
+        snprintf(path, sizeof path, "%s/metrics.jsonl", o->out_dir);
+        if (!rc)
+            rc = af_linelog_open(path, &r.metrics, err, errlen);
+        if (r.st.step >= o->steps && !rc)
+            note(&r, "the run already has %lld steps (--steps %lld): nothing to do",
+                 (long long)r.st.step, (long long)o->steps);
+        while (!rc && r.st.step < o->steps) {
+            struct train_sft_step s;
+            if ((rc = step_once(&r, &s, err, errlen)))
+                break;
+            if ((rc = log_step(&r, &s, err, errlen)))
+                break;
+            const int stop = o->stop_after > 0 && r.st.step >= o->stop_after;
+            if (r.st.step % o->save_every == 0 || r.st.step == o->steps || stop) {
+                if ((rc = save(&r, err, errlen)))
+                    break;
+                s.saved = 1;
+            }
+            if (o->on_step)
+                o->on_step(o->user, &s);
+            if (stop) {
+                note(&r, "stopped after step %lld as asked; continue with --resume",
+                     (long long)r.st.step);
+                break;
+            }
+        }
+    }
+    af_linelog_close(r.metrics);
+    free(r.perm);
+    free(r.st.settings_json);
+    train_adamw_deinit(&r.opt);
+    train_net_free(r.net);
+    lora_free(r.lora);
+    sft_data_free(r.data);
+    model_free(r.m);
+    return rc;
+}

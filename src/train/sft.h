@@ -1,0 +1,71 @@
+/*
+ * sft.h - supervised fine-tuning (`agentflow train sft`, and the paper's SFT baseline): chat
+ * JSONL, the loss on assistant tokens only, LoRA or full training, AdamW with clipping and an
+ * LR schedule, metrics per step, checkpoints that resume bit for bit.
+ *
+ * One optimiser step takes batch × accum conversations in a fixed, seeded order (reshuffled each
+ * epoch); the loss is the mean over every assistant token of the step. Step s (0-based) of a run
+ * depends only on the settings, the data and the state after step s-1, so a run stopped after a
+ * checkpoint and resumed reproduces the uninterrupted run exactly (same thread count assumed:
+ * OpenBLAS sums in an order that depends on it).
+ *
+ * Output folder: metrics.jsonl (one line per step: step, loss, lr, grad_norm, tokens,
+ * tokens_per_s; appended and fsync'd), checkpoint-STEP/ (ckpt.h), and the latest weights at the
+ * top level: adapter_model.safetensors + adapter_config.json (LoRA) or model.gguf (full).
+ */
+#ifndef AF_TRAIN_SFT_H
+#define AF_TRAIN_SFT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "agentflow/err.h"
+#include "train/optim.h"
+
+struct train_sft_step {
+    int64_t step, steps; /* 1-based step just done, of steps */
+    double loss, grad_norm, tokens_per_s;
+    float lr;
+    int64_t tokens; /* tokens of the step's sequences */
+    int skipped;    /* 1: non-finite gradients, the update was skipped */
+    int saved;      /* 1: a checkpoint was written after this step */
+};
+
+typedef void (*train_sft_step_fn)(void *user, const struct train_sft_step *s);
+
+struct train_sft_opts {
+    const char *model_path, *data_path, *out_dir;
+    const char *chat_template; /* NULL = the model's */
+    int full;                  /* full fine-tuning instead of LoRA */
+    int lora_rank;             /* default 8 */
+    float lora_alpha;          /* default 2·rank */
+    float lora_dropout;        /* default 0 */
+    unsigned lora_targets;     /* default all seven */
+    float lr;                  /* default 1e-4 (LoRA), 1e-5 (full) when 0 */
+    const char *schedule;      /* "constant" (default), "linear", "cosine" */
+    int64_t warmup;
+    float min_lr_ratio;
+    struct train_adamw adamw; /* default train_adamw_defaults() */
+    float clip;               /* global-norm clip; default 1; <= 0 off */
+    int64_t steps;            /* default 100 */
+    int64_t batch, accum;     /* conversations per micro-step, micro-steps per step; 1, 1 */
+    int64_t max_seq;          /* default 1024 */
+    uint64_t seed;            /* default 0 */
+    int64_t save_every;       /* default 50; the last step always saves */
+    int keep;                 /* checkpoints kept; default 2 */
+    int recompute;            /* activation checkpointing */
+    int resume;               /* continue from the newest checkpoint in out_dir */
+    int64_t stop_after;       /* > 0: save and stop after this step (the schedule still spans
+                                 `steps`); continue with resume */
+    train_sft_step_fn on_step;
+    void *user;
+    void (*on_message)(void *user, const char *msg); /* notes (data counts, resume) */
+};
+struct train_sft_opts train_sft_default_opts(void);
+
+/* Runs (or resumes) a fine-tuning run. Errors name the file, line or setting at fault: bad
+ * data, a model that does not load, an out_dir that already holds a run (without --resume),
+ * a resume whose settings differ from the checkpoint's (the setting is named). */
+AF_NODISCARD int train_sft_run(const struct train_sft_opts *o, char *err, size_t errlen);
+
+#endif
