@@ -96,7 +96,7 @@ void lora_target_dims(const struct model_hparams *hp, enum lora_target t, int64_
 
 /* dims[t] = {n_in, n_out} of target t (the same in every layer). */
 static struct lora_adapter *alloc_like(int64_t n_layer, int rank, unsigned targets,
-                                       const int64_t dims[LORA_N_TARGETS][2])
+                                       int64_t dims[LORA_N_TARGETS][2])
 {
     struct lora_adapter *l = af_xcalloc(1, sizeof *l);
     l->n_layer = n_layer;
