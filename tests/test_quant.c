@@ -433,6 +433,75 @@ static void test_oracle_kquants(void **state)
     assert_true((double)same_d >= 0.99 * (double)blocks[GGML_TYPE_Q6_K]);
 }
 
+/* Plain C twin of the prefill tiles' arithmetic (ggml's AVX2 vec_dot order): per block 8 lanes
+ * of exact 4-byte integer dots, lane += (dw * dx) * lane-dot as one fma, hsum8 at the end. */
+static float dot_ggml_order(uint32_t t, int64_t k, const uint8_t *w, const uint8_t *x)
+{
+    const size_t wbb = quant_block_bytes(t), xbb = quant_block_bytes(GGML_TYPE_Q8_0);
+    float acc[8] = {0};
+    for (int64_t b = 0; b < k / 32; b++) {
+        const uint8_t *wb = w + (size_t)b * wbb, *xb = x + (size_t)b * xbb;
+        uint16_t hw, hx;
+        memcpy(&hw, wb, 2);
+        memcpy(&hx, xb, 2);
+        const float d = quant_f16_to_f32(hw) * quant_f16_to_f32(hx);
+        for (int l = 0; l < 8; l++) {
+            int32_t p = 0;
+            for (int i = 4 * l; i < 4 * l + 4; i++) {
+                int q = t == GGML_TYPE_Q8_0 ? (int8_t)wb[2 + i]
+                                            : (i < 16 ? wb[2 + i] & 15 : wb[2 + i - 16] >> 4) - 8;
+                p += q * (int8_t)xb[2 + i];
+            }
+            acc[l] = fmaf(d, (float)p, acc[l]);
+        }
+    }
+    return ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]));
+}
+
+/* The AVX2 prefill matmul of the 32-blocks: bit-equal to the twin above (Q8_0, Q4_0), and for
+ * every type the same bits whatever the batch size (2+), token offset or row split. k = 130
+ * blocks crosses the k-chunk boundary, m = 67 the token-chunk one, 7 rows the row tiles. */
+static void test_prefill_tiles_32(void **state)
+{
+    (void)state;
+    if (quant_set_isa("avx2") != 0)
+        skip();
+    static const uint32_t types[] = {GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_Q5_0};
+    const int64_t k = 130 * 32, rows = 7, m = 67;
+    struct rng r = {0x5eed};
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+        const uint32_t t = types[ti];
+        float *fw = rand_vec(&r, rows * k, 0.05f), *fx = rand_vec(&r, m * k, 1.0f);
+        uint8_t *W = quantize_rows(t, fw, rows, k), *X = prepare_rows(t, fx, m, k);
+        const size_t xb = quant_row_bytes(GGML_TYPE_Q8_0, k);
+        float *full = malloc((size_t)(rows * m) * sizeof *full);
+        float *part = malloc((size_t)(rows * m) * sizeof *part);
+        quant_matmul(t, W, k, X, m, full, rows, 0, rows);
+        /* tokens in batches of 2, 3 and 62; rows split 0..3 / 3..7 */
+        const int64_t cuts[] = {0, 2, 5, 67};
+        for (int c = 0; c < 3; c++)
+            for (int h = 0; h < 2; h++)
+                quant_matmul(t, W, k, X + (size_t)cuts[c] * xb, cuts[c + 1] - cuts[c],
+                             part + cuts[c] * rows, rows, h ? 3 : 0, h ? rows : 3);
+        assert_memory_equal(full, part, (size_t)(rows * m) * sizeof *full);
+        for (int64_t j = 0; j < m && t != GGML_TYPE_Q5_0; j++)
+            for (int64_t i = 0; i < rows; i++) {
+                float want =
+                    dot_ggml_order(t, k, W + (size_t)i * quant_row_bytes(t, k), X + (size_t)j * xb);
+                if (memcmp(&want, &full[j * rows + i], sizeof want))
+                    fail_msg("%s row %lld tok %lld: %.9g, twin %.9g", quant_type_name(t),
+                             (long long)i, (long long)j, (double)full[j * rows + i], (double)want);
+            }
+        free(fw);
+        free(fx);
+        free(W);
+        free(X);
+        free(full);
+        free(part);
+    }
+    assert_int_equal(quant_set_isa("auto"), 0);
+}
+
 /* The attention axpy: every ISA gives the reference's bits (multiply, then add). */
 static void test_axpy_isas(void **state)
 {
@@ -459,7 +528,7 @@ int main(void)
         cmocka_unit_test(test_prepare_act_dot), cmocka_unit_test(test_avx2_vs_ref),
         cmocka_unit_test(test_axpy_isas),       cmocka_unit_test(test_avx512_vs_ref),
         cmocka_unit_test(test_oracle_q8_0),     cmocka_unit_test(test_oracle_q4_0),
-        cmocka_unit_test(test_oracle_kquants),
+        cmocka_unit_test(test_oracle_kquants),  cmocka_unit_test(test_prefill_tiles_32),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

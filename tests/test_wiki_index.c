@@ -13,6 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <math.h>
+#include <sqlite3.h>
 #include <zlib.h>
 
 #include "agentflow/tools.h"
@@ -402,6 +404,63 @@ static void test_common_words(void **state)
     wiki_index_close(ix);
 }
 
+/* The index ranks with af_bm25 (cached document lengths): its scores must equal FTS5's own
+ * bm25() on the same MATCH expression, row for row, in the same order. */
+static void test_rank_matches_bm25(void **state)
+{
+    struct tmp *t = *state;
+    const char *db = build_from(t, "in.jsonl", JSONL, NULL);
+    struct wiki_index *ix = NULL;
+    char err[512];
+    assert_int_equal(wiki_index_open(db, 0, &ix, err, sizeof err), AF_OK);
+    sqlite3 *raw = NULL;
+    assert_int_equal(sqlite3_open_v2(db, &raw, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+    static const char *queries[] = {"capital",
+                                    "the capital of France",
+                                    "Zurich lake city",
+                                    "Nobel prize chemistry physics",
+                                    "東京 capital Japan",
+                                    "is the in of"};
+    for (size_t qi = 0; qi < sizeof queries / sizeof queries[0]; qi++) {
+        json_t *hits = query(ix, queries[qi], 10);
+        char *match = wiki_fts_query(queries[qi], 64);
+        sqlite3_stmt *s = NULL;
+        assert_int_equal(sqlite3_prepare_v2(raw,
+                                            "SELECT id, bm25(passages) FROM passages WHERE "
+                                            "passages MATCH ?1 ORDER BY bm25(passages), rowid",
+                                            -1, &s, NULL),
+                         SQLITE_OK);
+        sqlite3_bind_text(s, 1, match, -1, SQLITE_STATIC);
+        size_t n = 0;
+        while (sqlite3_step(s) == SQLITE_ROW) {
+            assert_true(n < json_array_size(hits));
+            json_t *h = json_array_get(hits, n);
+            double want = -sqlite3_column_double(s, 1);
+            double got = json_real_value(json_object_get(h, "score"));
+            if (fabs(got - want) > 1e-12 * (1.0 + fabs(want)))
+                fail_msg("'%s' row %zu: af_bm25 %.17g, bm25 %.17g", queries[qi], n, got, want);
+            assert_string_equal(json_string_value(json_object_get(h, "id")),
+                                (const char *)sqlite3_column_text(s, 0));
+            n++;
+        }
+        assert_int_equal(n, json_array_size(hits));
+        sqlite3_finalize(s);
+        free(match);
+        json_decref(hits);
+    }
+    sqlite3_close(raw);
+    wiki_index_close(ix);
+}
+
+/* A repeated word (any ASCII case) is queried once. */
+static void test_query_dedup(void **state)
+{
+    (void)state;
+    char *q = wiki_fts_query("Paris paris PARIS capital Paris", 10);
+    assert_string_equal(q, "\"Paris\" OR \"capital\"");
+    free(q);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -413,6 +472,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_missing_and_corrupt_db, setup, teardown),
         cmocka_unit_test_setup_teardown(test_tool, setup, teardown),
         cmocka_unit_test_setup_teardown(test_common_words, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_rank_matches_bm25, setup, teardown),
+        cmocka_unit_test(test_query_dedup),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

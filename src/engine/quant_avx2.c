@@ -1,7 +1,8 @@
 /*
  * quant_avx2.c - AVX2 + FMA + F16C kernels: vec_dot for F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0,
- * Q5_1, Q4_K, Q5_K, Q6_K; register-tiled prefill matmuls (2 weight rows x 4 tokens) for Q8_0 /
- * Q4_0 / Q5_0 and (1 row x 4 tokens, weights unpacked once per block) for Q4_K / Q5_K / Q6_K.
+ * Q5_1, Q4_K, Q5_K, Q6_K; prefill matmuls for Q8_0 / Q4_0 / Q5_0 on packed 4-row panels (4 rows
+ * x 2 tokens register tiles, matmul_p32; the older 2 x 4 tile_32 is kept for very long rows)
+ * and (1 row x 4 tokens, weights unpacked once per block) for Q4_K / Q5_K / Q6_K.
  *
  * Every function carries AF_TARGET_AVX2 (no per-file flags): the dispatcher only calls into this
  * file when __builtin_cpu_supports says the CPU has these extensions. Integer dots use the
@@ -341,6 +342,175 @@ AF_TARGET_AVX2 static AF_INLINE void matmul_32(uint32_t t, const void *W, size_t
     }
 }
 
+/* ---- packed prefill matmul for the 32-blocks ---------------------------------------------
+ * The same arithmetic per (row, token) pair as tile_32 (and ggml's AVX2 vec_dot): per block,
+ * 8 int32 lanes of exact integer dots, one fma by the float product dw * dx into 8 float lanes,
+ * hsum8 at the end. What changes is the work around it:
+ *  - P32_R weight rows are unpacked once per (row group, token chunk, k-chunk) into signed
+ *    bytes plus float scales, so Q4_0 / Q5_0 unpacking and fp16 conversion leave the tile;
+ *  - activation scales are converted to float once per token chunk;
+ *  - the R x C scale products of a block are computed 4 at a time before the tile and
+ *    broadcast from memory, so the tile's inner step is sign, maddubs, madd, cvt, fma;
+ *  - rows longer than P32_KC blocks are done in k-chunks, accumulators parked in memory
+ *    between chunks (an exact store / reload: the float order is unchanged). */
+
+#ifndef P32_R
+#define P32_R 4
+#endif
+#ifndef P32_C
+#define P32_C 2
+#endif
+#define P32_KC 128    /* blocks per k-chunk: the packed rows (16 KiB) stay in L1 */
+#define P32_DX 6144   /* activation scales per token chunk (24 KiB; the chunk's rows ~L2) */
+#define P32_TC_MAX 64 /* tokens per chunk */
+
+struct p32_scratch {
+    int8_t qs[P32_KC][P32_R][QK] __attribute__((aligned(32)));
+    float dw[P32_KC][P32_R];
+    float sc[P32_KC][P32_R * P32_C];
+    float dx[P32_DX];
+    __m256 acc[P32_TC_MAX / P32_C + 1][P32_R * P32_C];
+};
+
+/* Rows w (nr of them, wbytes apart), blocks [kb0, kb0 + kc), into s->qs / s->dw. */
+AF_TARGET_AVX2 static AF_INLINE void p32_pack(uint32_t t, int nr, const uint8_t *w, size_t wbytes,
+                                              int64_t kb0, int64_t kc, struct p32_scratch *s)
+{
+    for (int r = 0; r < nr; r++) {
+        const uint8_t *wr = w + (size_t)r * wbytes;
+        for (int64_t b = 0; b < kc; b++) {
+            float d;
+            _mm256_store_si256((__m256i *)s->qs[b][r], wblock(t, wr, kb0 + b, &d));
+            s->dw[b][r] = d;
+        }
+    }
+    for (int r = nr; r < P32_R; r++)
+        for (int64_t b = 0; b < kc; b++)
+            s->dw[b][r] = 0.0f;
+}
+
+/* One register tile: nr packed rows x nc tokens (x: the first token's row), blocks [kb0,
+ * kb0 + kc) of nb. acc: this tile's parking slot; first / last: the k-chunk's position. */
+AF_TARGET_AVX2 static AF_INLINE void p32_tile(int nr, int nc, struct p32_scratch *s, int64_t kb0,
+                                              int64_t kc, int64_t nb, const uint8_t *x,
+                                              size_t xbytes, const float *dx, __m256 *park,
+                                              int first, int last, float *out, int64_t ldo)
+{
+    /* scale products, 4 rows at a time: sc[b][c * R + r] = dw[b][r] * dx[c][b] */
+    for (int64_t b = 0; b < kc; b++)
+        for (int c = 0; c < nc; c++) {
+            const __m128 dw = _mm_loadu_ps(s->dw[b]);
+            const __m128 d = _mm_set1_ps(dx[c * nb + kb0 + b]);
+#if P32_R == 4
+            _mm_storeu_ps(&s->sc[b][c * P32_R], _mm_mul_ps(dw, d));
+#else
+            for (int r = 0; r < nr; r++)
+                s->sc[b][c * P32_R + r] = s->dw[b][r] * dx[c * nb + kb0 + b];
+            (void)dw;
+            (void)d;
+#endif
+        }
+    __m256 acc[P32_R][P32_C];
+#pragma GCC unroll 4
+    for (int r = 0; r < nr; r++)
+#pragma GCC unroll 4
+        for (int c = 0; c < nc; c++)
+            acc[r][c] = first ? _mm256_setzero_ps() : park[r * P32_C + c];
+    const __m256i ones = _mm256_set1_epi16(1);
+    const uint8_t *xb = x + (size_t)kb0 * sizeof(struct blk_q8_0) + offsetof(struct blk_q8_0, qs);
+    for (int64_t b = 0; b < kc; b++, xb += sizeof(struct blk_q8_0)) {
+#pragma GCC unroll 4
+        for (int r = 0; r < nr; r++) {
+            const __m256i w = _mm256_load_si256((const __m256i *)s->qs[b][r]);
+            const __m256i aw = _mm256_sign_epi8(w, w);
+#pragma GCC unroll 4
+            for (int c = 0; c < nc; c++) {
+                const __m256i y = load32(xb + (size_t)c * xbytes);
+                const __m256i p =
+                    _mm256_madd_epi16(_mm256_maddubs_epi16(aw, _mm256_sign_epi8(y, w)), ones);
+                acc[r][c] = _mm256_fmadd_ps(_mm256_broadcast_ss(&s->sc[b][c * P32_R + r]),
+                                            _mm256_cvtepi32_ps(p), acc[r][c]);
+            }
+        }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < nr; r++)
+#pragma GCC unroll 4
+        for (int c = 0; c < nc; c++) {
+            if (last)
+                out[c * ldo + r] = hsum8(acc[r][c]);
+            else
+                park[r * P32_C + c] = acc[r][c];
+        }
+}
+
+/* Every token group of the chunk against nr packed rows. */
+AF_TARGET_AVX2 static AF_INLINE void p32_groups(int nr, struct p32_scratch *s, int64_t kb0,
+                                                int64_t kc, int64_t nb, const uint8_t *x,
+                                                size_t xbytes, int64_t tc, int first, int last,
+                                                float *out, int64_t ldo)
+{
+    int64_t c = 0, g = 0;
+    for (; c + P32_C <= tc; c += P32_C, g++)
+        p32_tile(nr, P32_C, s, kb0, kc, nb, x + (size_t)c * xbytes, xbytes, s->dx + c * nb,
+                 s->acc[g], first, last, out + c * ldo, ldo);
+    for (; c < tc; c++, g++)
+        p32_tile(nr, 1, s, kb0, kc, nb, x + (size_t)c * xbytes, xbytes, s->dx + c * nb, s->acc[g],
+                 first, last, out + c * ldo, ldo);
+}
+
+AF_TARGET_AVX2 static AF_INLINE void matmul_p32(uint32_t t, const void *W, size_t wbytes, int64_t k,
+                                                const void *X, size_t xbytes, int64_t m, float *out,
+                                                int64_t ldo, int64_t r0, int64_t r1)
+{
+    const int64_t nb = k / QK;
+    int64_t tcmax = P32_DX / nb;
+    tcmax = tcmax > P32_TC_MAX ? P32_TC_MAX : tcmax;
+    if (tcmax < P32_C) { /* rows too long for the scale buffer */
+        matmul_32(t, W, wbytes, k, X, xbytes, m, out, ldo, r0, r1);
+        return;
+    }
+    struct p32_scratch s;
+    const uint8_t *Wb = W, *Xb = X;
+    for (int64_t j0 = 0; j0 < m; j0 += tcmax) {
+        const int64_t tc = m - j0 < tcmax ? m - j0 : tcmax;
+        const uint8_t *x = Xb + (size_t)j0 * xbytes;
+        for (int64_t c = 0; c < tc; c++) {
+            const struct blk_q8_0 *xr = (const struct blk_q8_0 *)(x + (size_t)c * xbytes);
+            for (int64_t b = 0; b < nb; b++)
+                s.dx[c * nb + b] = h2f(xr[b].d);
+        }
+        for (int64_t r = r0; r < r1; r += P32_R) {
+            const int nr = r1 - r < P32_R ? (int)(r1 - r) : P32_R;
+            const uint8_t *w = Wb + (size_t)r * wbytes;
+            float *o = out + j0 * ldo + r;
+            for (int64_t kb0 = 0; kb0 < nb; kb0 += P32_KC) {
+                const int64_t kc = nb - kb0 < P32_KC ? nb - kb0 : P32_KC;
+                const int first = kb0 == 0, last = kb0 + kc == nb;
+                p32_pack(t, nr, w, wbytes, kb0, kc, &s);
+                switch (nr) {
+                case P32_R:
+                    p32_groups(P32_R, &s, kb0, kc, nb, x, xbytes, tc, first, last, o, ldo);
+                    break;
+#if P32_R > 3
+                case 3:
+                    p32_groups(3, &s, kb0, kc, nb, x, xbytes, tc, first, last, o, ldo);
+                    break;
+#endif
+#if P32_R > 2
+                case 2:
+                    p32_groups(2, &s, kb0, kc, nb, x, xbytes, tc, first, last, o, ldo);
+                    break;
+#endif
+                default:
+                    p32_groups(1, &s, kb0, kc, nb, x, xbytes, tc, first, last, o, ldo);
+                    break;
+                }
+            }
+        }
+    }
+}
+
 AF_TARGET_AVX2 static void matmul_q8_0(const void *W, size_t wbytes, int64_t k, const void *X,
                                        size_t xbytes, int64_t m, float *out, int64_t ldo,
                                        int64_t r0, int64_t r1)
@@ -348,7 +518,7 @@ AF_TARGET_AVX2 static void matmul_q8_0(const void *W, size_t wbytes, int64_t k, 
     if (m == 1) /* decode: the 2-accumulator dot streams the weights faster */
         quant_matmul_loop(dot_q8_0, W, wbytes, k, X, xbytes, m, out, ldo, r0, r1);
     else
-        matmul_32(GGML_TYPE_Q8_0, W, wbytes, k, X, xbytes, m, out, ldo, r0, r1);
+        matmul_p32(GGML_TYPE_Q8_0, W, wbytes, k, X, xbytes, m, out, ldo, r0, r1);
 }
 
 AF_TARGET_AVX2 static void matmul_q4_0(const void *W, size_t wbytes, int64_t k, const void *X,
@@ -358,7 +528,7 @@ AF_TARGET_AVX2 static void matmul_q4_0(const void *W, size_t wbytes, int64_t k, 
     if (m == 1) /* decode: the 2-accumulator dot streams the weights faster */
         quant_matmul_loop(dot_q4_0, W, wbytes, k, X, xbytes, m, out, ldo, r0, r1);
     else
-        matmul_32(GGML_TYPE_Q4_0, W, wbytes, k, X, xbytes, m, out, ldo, r0, r1);
+        matmul_p32(GGML_TYPE_Q4_0, W, wbytes, k, X, xbytes, m, out, ldo, r0, r1);
 }
 
 AF_TARGET_AVX2 static void matmul_q5_0(const void *W, size_t wbytes, int64_t k, const void *X,
@@ -368,7 +538,7 @@ AF_TARGET_AVX2 static void matmul_q5_0(const void *W, size_t wbytes, int64_t k, 
     if (m == 1) /* decode: the 2-accumulator dot streams the weights faster */
         quant_matmul_loop(dot_q5_0, W, wbytes, k, X, xbytes, m, out, ldo, r0, r1);
     else
-        matmul_32(GGML_TYPE_Q5_0, W, wbytes, k, X, xbytes, m, out, ldo, r0, r1);
+        matmul_p32(GGML_TYPE_Q5_0, W, wbytes, k, X, xbytes, m, out, ldo, r0, r1);
 }
 
 /* ---- K-quants against Q8_K --------------------------------------------------------------- */

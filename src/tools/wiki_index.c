@@ -10,11 +10,13 @@
 #include "tools/wiki_index.h"
 
 #include <errno.h>
+#include <math.h>
 #include <sqlite3.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
@@ -36,9 +38,18 @@
 #define COMMON_DROP_DIV 100
 #define COMMON_MIN_DOCS 1000 /* smaller indexes keep every word */
 
+/* Doc-length cache: DL_MAX_ROWS caps it (2 bytes a row); DL_UNKNOWN marks a row whose length
+ * is not cached (over 65534 tokens, or absent), read through xColumnSize instead. */
+#define DL_MAX_ROWS ((size_t)256 << 20)
+#define DL_UNKNOWN 0xFFFFu
+
 struct wiki_index {
     sqlite3 *db;
     sqlite3_stmt *q;  /* the prepared query; one per connection */
+    uint16_t *dl;     /* tokens per row (all columns), by rowid; NULL until the first query */
+    size_t n_dl;      /* entries in dl */
+    int dl_tried;     /* the cache load was attempted (it may have failed: dl stays NULL) */
+    int uses_af_bm25; /* q ranks with af_bm25 (else the built-in bm25()) */
     sqlite3_stmt *df; /* document frequency of a common term; NULL for older indexes */
     long long n_docs; /* passages, as recorded in WIKI_COMMON */
     char *path;
@@ -489,6 +500,181 @@ out:
 
 /* --- Open and query -------------------------------------------------------------------------- */
 
+/* --- BM25 rank function with cached document lengths ----------------------------------------
+ * af_bm25 reproduces FTS5's built-in bm25() (k1 = 1.2, b = 0.75, every column weight 1.0, the
+ * same floating-point expression order, so the same scores), except that the row's length in
+ * tokens comes from an in-memory array loaded once per connection instead of one %_docsize
+ * lookup per matching row, which was ~40% of bm25()'s cost. */
+
+struct bm25_data {
+    int n_phrase;
+    double avgdl;
+    double *idf;  /* (n_phrase) */
+    double *freq; /* (n_phrase), scratch for the current row */
+};
+
+static int bm25_count_cb(const Fts5ExtensionApi *api, Fts5Context *fts, void *user)
+{
+    (void)api;
+    (void)fts;
+    (*(sqlite3_int64 *)user)++;
+    return SQLITE_OK;
+}
+
+/* Per-query statistics, as fts5Bm25GetData computes them. The struct is owned by FTS5
+ * (freed with sqlite3_free when the query ends). */
+static int bm25_data(const Fts5ExtensionApi *api, Fts5Context *fts, struct bm25_data **out)
+{
+    struct bm25_data *d = api->xGetAuxdata(fts, 0);
+    if (d) {
+        *out = d;
+        return SQLITE_OK;
+    }
+    int n_phrase = api->xPhraseCount(fts);
+    d = sqlite3_malloc64(sizeof *d + (size_t)n_phrase * 2 * sizeof(double));
+    if (!d)
+        return SQLITE_NOMEM;
+    d->n_phrase = n_phrase;
+    d->idf = (double *)&d[1];
+    d->freq = d->idf + n_phrase;
+    sqlite3_int64 n_row = 0, n_token = 0;
+    int rc = api->xRowCount(fts, &n_row);
+    if (rc == SQLITE_OK)
+        rc = api->xColumnTotalSize(fts, -1, &n_token);
+    if (rc == SQLITE_OK)
+        d->avgdl = (double)n_token / (double)n_row;
+    for (int i = 0; rc == SQLITE_OK && i < n_phrase; i++) {
+        sqlite3_int64 n_hit = 0;
+        rc = api->xQueryPhrase(fts, i, &n_hit, bm25_count_cb);
+        if (rc == SQLITE_OK) {
+            double idf = log(((double)n_row - (double)n_hit + 0.5) / ((double)n_hit + 0.5));
+            d->idf[i] = idf <= 0.0 ? 1e-6 : idf;
+        }
+    }
+    if (rc == SQLITE_OK)
+        rc = api->xSetAuxdata(fts, d, sqlite3_free);
+    else
+        sqlite3_free(d);
+    if (rc == SQLITE_OK)
+        *out = d;
+    return rc;
+}
+
+static void bm25_rank(const Fts5ExtensionApi *api, Fts5Context *fts, sqlite3_context *ctx,
+                      int n_val, sqlite3_value **vals)
+{
+    (void)n_val;
+    (void)vals;
+    const struct wiki_index *ix = api->xUserData(fts);
+    const double k1 = 1.2, b = 0.75;
+    struct bm25_data *d = NULL;
+    int n_inst = 0;
+    int rc = bm25_data(api, fts, &d);
+    if (rc == SQLITE_OK) {
+        memset(d->freq, 0, sizeof(double) * (size_t)d->n_phrase);
+        rc = api->xInstCount(fts, &n_inst);
+    }
+    for (int i = 0; rc == SQLITE_OK && i < n_inst; i++) {
+        int ip, ic, io;
+        rc = api->xInst(fts, i, &ip, &ic, &io);
+        if (rc == SQLITE_OK)
+            d->freq[ip] += 1.0;
+    }
+    double dlen = 0.0;
+    if (rc == SQLITE_OK) {
+        sqlite3_int64 row = api->xRowid(fts);
+        unsigned cached = row >= 0 && (size_t)row < ix->n_dl ? ix->dl[row] : DL_UNKNOWN;
+        int n_tok = (int)cached;
+        if (cached == DL_UNKNOWN)
+            rc = api->xColumnSize(fts, -1, &n_tok);
+        dlen = (double)n_tok;
+    }
+    double score = 0.0;
+    for (int i = 0; rc == SQLITE_OK && i < d->n_phrase; i++)
+        score += d->idf[i] *
+                 ((d->freq[i] * (k1 + 1.0)) / (d->freq[i] + k1 * (1 - b + b * dlen / d->avgdl)));
+    if (rc == SQLITE_OK)
+        sqlite3_result_double(ctx, -1.0 * score);
+    else
+        sqlite3_result_error_code(ctx, rc);
+}
+
+/* Decodes one SQLite varint (as FTS5 writes %_docsize). Returns the bytes used, 0 if cut. */
+static size_t dl_varint(const unsigned char *p, size_t n, uint64_t *v)
+{
+    uint64_t x = 0;
+    for (size_t i = 0; i < n && i < 9; i++) {
+        if (i == 8) {
+            *v = (x << 8) | p[i];
+            return 9;
+        }
+        x = (x << 7) | (p[i] & 0x7f);
+        if (!(p[i] & 0x80)) {
+            *v = x;
+            return i + 1;
+        }
+    }
+    return 0;
+}
+
+/* Loads every row's token count from %_docsize into ix->dl (owned by ix, freed at close).
+ * On any failure the cache stays empty and bm25_rank asks FTS5 per row. */
+static void dl_load(struct wiki_index *ix)
+{
+    ix->dl_tried = 1;
+    sqlite3_stmt *s = NULL;
+    sqlite3_int64 max_id = -1;
+    if (sqlite3_prepare_v2(ix->db, "SELECT max(id) FROM " WIKI_TABLE "_docsize", -1, &s, NULL) ==
+            SQLITE_OK &&
+        sqlite3_step(s) == SQLITE_ROW)
+        max_id = sqlite3_column_int64(s, 0);
+    sqlite3_finalize(s);
+    s = NULL;
+    if (max_id < 0 || (uint64_t)max_id >= DL_MAX_ROWS)
+        return;
+    size_t n = (size_t)max_id + 1;
+    uint16_t *dl = af_xmalloc(n * sizeof *dl);
+    for (size_t i = 0; i < n; i++)
+        dl[i] = DL_UNKNOWN;
+    int src = sqlite3_prepare_v2(ix->db, "SELECT id, sz FROM " WIKI_TABLE "_docsize", -1, &s, NULL);
+    while (src == SQLITE_OK && (src = sqlite3_step(s)) == SQLITE_ROW) {
+        sqlite3_int64 id = sqlite3_column_int64(s, 0);
+        const unsigned char *p = sqlite3_column_blob(s, 1);
+        size_t len = (size_t)sqlite3_column_bytes(s, 1), off = 0;
+        uint64_t sum = 0, v;
+        size_t used;
+        while (off < len && (used = dl_varint(p + off, len - off, &v)) > 0) {
+            sum += v;
+            off += used;
+        }
+        if (id >= 0 && id <= max_id && off == len && sum < DL_UNKNOWN)
+            dl[id] = (uint16_t)sum;
+        src = SQLITE_OK;
+    }
+    sqlite3_finalize(s);
+    if (src != SQLITE_DONE) {
+        free(dl);
+        return;
+    }
+    ix->dl = dl;
+    ix->n_dl = n;
+}
+
+/* Registers af_bm25 on the connection. Returns 0, or -1 when FTS5's API is unavailable. */
+static int index_register_rank(struct wiki_index *ix)
+{
+    fts5_api *api = NULL;
+    sqlite3_stmt *s = NULL;
+    if (sqlite3_prepare_v2(ix->db, "SELECT fts5(?1)", -1, &s, NULL) != SQLITE_OK)
+        return -1;
+    sqlite3_bind_pointer(s, 1, (void *)&api, "fts5_api_ptr", NULL);
+    (void)sqlite3_step(s);
+    sqlite3_finalize(s);
+    if (!api || api->iVersion < 2)
+        return -1;
+    return api->xCreateFunction(api, "af_bm25", ix, bm25_rank, NULL) == SQLITE_OK ? 0 : -1;
+}
+
 /* Prepares the common-term lookup when the index has the table (older ones do not: their
  * queries keep every word). */
 static void index_open_common(struct wiki_index *ix)
@@ -548,10 +734,15 @@ int wiki_index_open(const char *path, int writable, struct wiki_index **out, cha
     sqlite3_finalize(chk);
     if (rc)
         goto out;
-    if (sqlite3_prepare_v3(ix->db,
-                           "SELECT id, title, text, bm25(" WIKI_TABLE ") FROM " WIKI_TABLE
-                           " WHERE " WIKI_TABLE " MATCH ?1 ORDER BY rank LIMIT ?2",
-                           -1, SQLITE_PREPARE_PERSISTENT, &ix->q, NULL) != SQLITE_OK) {
+    /* af_bm25 when it registers (the same scores as bm25(), faster); bm25() otherwise. */
+    ix->uses_af_bm25 = index_register_rank(ix) == 0;
+    const char *qsql = ix->uses_af_bm25
+                           ? "SELECT id, title, text, rank FROM " WIKI_TABLE " WHERE " WIKI_TABLE
+                             " MATCH ?1 AND rank MATCH 'af_bm25()' ORDER BY rank LIMIT ?2"
+                           : "SELECT id, title, text, bm25(" WIKI_TABLE ") FROM " WIKI_TABLE
+                             " WHERE " WIKI_TABLE " MATCH ?1 ORDER BY rank LIMIT ?2";
+    if (sqlite3_prepare_v3(ix->db, qsql, -1, SQLITE_PREPARE_PERSISTENT, &ix->q, NULL) !=
+        SQLITE_OK) {
         af_errf(err, errlen, "%s: not a valid index database: %s", path, sqlite3_errmsg(ix->db));
         rc = AF_EIO;
     }
@@ -573,6 +764,7 @@ void wiki_index_close(struct wiki_index *ix)
     sqlite3_finalize(ix->q);
     sqlite3_finalize(ix->df);
     sqlite3_close(ix->db);
+    free(ix->dl);
     free(ix->path);
     free(ix);
 }
@@ -604,7 +796,16 @@ struct qword {
     int common;
 };
 
-/* Splits text into at most max words (runs of word bytes). Returns the count. */
+/* Whether w[0, n) already holds the word (ASCII case folded, as unicode61 folds it). */
+static int word_seen(const struct qword *w, size_t n, const unsigned char *s, size_t len)
+{
+    for (size_t i = 0; i < n; i++)
+        if (w[i].len == len && strncasecmp(w[i].s, (const char *)s, len) == 0)
+            return 1;
+    return 0;
+}
+
+/* Splits text into at most max distinct words (runs of word bytes). Returns the count. */
 static size_t split_words(const char *text, struct qword *w, size_t max)
 {
     size_t n = 0;
@@ -617,6 +818,8 @@ static size_t split_words(const char *text, struct qword *w, size_t max)
             s++;
         if (s == start)
             break;
+        if (word_seen(w, n, start, (size_t)(s - start)))
+            continue; /* a repeat would count twice in BM25 and scan its postings twice */
         w[n].s = (const char *)start;
         w[n].len = (size_t)(s - start);
         w[n].common = 0;
@@ -689,6 +892,8 @@ int wiki_index_query(struct wiki_index *ix, const char *text, int k, json_t **hi
     int rc = AF_OK;
     if (!match[0])
         goto out;
+    if (ix->uses_af_bm25 && !ix->dl_tried)
+        dl_load(ix);
     sqlite3_bind_text(ix->q, 1, match, -1, SQLITE_STATIC);
     sqlite3_bind_int(ix->q, 2, k);
     int src;

@@ -820,17 +820,23 @@ double train_net_flops(const struct train_net *n, int64_t T, int backward)
         lora_target_dims(hp, (enum lora_target)t, &a, &b);
         lin += (double)a * (double)b;
     }
-    const double qd = (double)(hp->n_head * hp->head_dim);
-    /* per token: 2 flops per weight; attention QKᵀ and PV over T/2 keys on average */
-    double fwd = 2.0 * (double)T * (lin * (double)hp->n_layer + (double)hp->n_vocab * hp->n_embd) +
-                 2.0 * 2.0 * (double)T * ((double)T / 2) * qd * (double)hp->n_layer;
+    /* 2 flops per multiply-add; attention over the causal half of the T x T scores */
+    const double lin_f = 2.0 * (double)T * lin * (double)hp->n_layer;
+    const double head_f = 2.0 * (double)T * (double)hp->n_vocab * (double)hp->n_embd;
+    const double attn_f = 2.0 * 2.0 * (double)T * ((double)T / 2) *
+                          (double)(hp->n_head * hp->head_dim) * (double)hp->n_layer;
+    double lora_f = 0;
     if (n->lora)
         for (int64_t i = 0; i < n->lora->n_layer * LORA_N_TARGETS; i++)
             if (n->lora->pairs[i].a)
-                fwd += 2.0 * (double)T * (double)n->lora->rank *
-                       (double)(n->lora->pairs[i].n_in + n->lora->pairs[i].n_out);
+                lora_f += 2.0 * (double)T * (double)n->lora->rank *
+                          (double)(n->lora->pairs[i].n_in + n->lora->pairs[i].n_out);
+    const double fwd = lin_f + head_f + attn_f + lora_f;
     if (!backward)
         return fwd;
-    /* backward: dX always; dW only when the weights train (full mode) */
-    return fwd + fwd * (n->full ? 2.0 : 1.0) + (n->checkpoint ? fwd : 0);
+    /* backward: dX for every product, dW for trained weights (full mode), and the LoRA side
+     * (3 products of its 2); attention recomputes P and runs 4 more products (5 of its 2) */
+    const double wmul = n->full ? 2.0 : 1.0;
+    const double bwd = (lin_f + head_f) * wmul + attn_f * 2.5 + lora_f * 1.5;
+    return fwd + bwd + (n->checkpoint ? lin_f + attn_f + lora_f : 0);
 }
