@@ -44,36 +44,43 @@ static void gather_kv(const struct train_attn *a, const float *k, const float *v
     }
 }
 
-/* Rows [t0, t1) of S [t1-t0][t1 keys] become probabilities: P = exp(s·scale − lse) with keys
- * j > t masked to 0. The forward computes each row's log-sum-exp into lse_out[t]; the
- * backward passes the saved ones in lse_in. */
-static void softmax_rows(float *S, int64_t t0, int64_t t1, float scale, const float *lse_in,
-                         float *lse_out)
+/* Rows [t0, t1) of S [t1-t0][t1 keys] become probabilities, keys j > t masked to 0: the
+ * forward's softmax, which saves each row's log-sum-exp in lse[t] ... */
+static void softmax_rows(float *S, int64_t t0, int64_t t1, float scale, float *lse)
 {
     const int64_t n = t1;
     for (int64_t t = t0; t < t1; t++) {
         float *row = S + (t - t0) * n;
         const int64_t len = t + 1;
-        if (lse_in) {
-            const float l = lse_in[t];
-            for (int64_t j = 0; j < len; j++)
-                row[j] = expf(row[j] * scale - l);
-        } else {
-            float mx = -INFINITY;
-            for (int64_t j = 0; j < len; j++) {
-                row[j] *= scale;
-                mx = row[j] > mx ? row[j] : mx;
-            }
-            double sum = 0;
-            for (int64_t j = 0; j < len; j++) {
-                row[j] = expf(row[j] - mx);
-                sum += (double)row[j];
-            }
-            const float inv = (float)(1.0 / sum);
-            for (int64_t j = 0; j < len; j++)
-                row[j] *= inv;
-            lse_out[t] = mx + (float)log(sum);
+        float mx = row[0] * scale;
+        for (int64_t j = 0; j < len; j++) {
+            row[j] *= scale;
+            mx = row[j] > mx ? row[j] : mx;
         }
+        double sum = 0;
+        for (int64_t j = 0; j < len; j++) {
+            row[j] = expf(row[j] - mx);
+            sum += (double)row[j];
+        }
+        const float inv = (float)(1.0 / sum);
+        for (int64_t j = 0; j < len; j++)
+            row[j] *= inv;
+        lse[t] = mx + (float)log(sum > 0 ? sum : 1.0);
+        for (int64_t j = len; j < n; j++)
+            row[j] = 0.0f;
+    }
+}
+
+/* ... and the backward's recomputation P = exp(s·scale − lse) from the saved ones. */
+static void probs_rows(float *S, int64_t t0, int64_t t1, float scale, const float *lse)
+{
+    const int64_t n = t1;
+    for (int64_t t = t0; t < t1; t++) {
+        float *row = S + (t - t0) * n;
+        const int64_t len = t + 1;
+        const float l = lse[t];
+        for (int64_t j = 0; j < len; j++)
+            row[j] = expf(row[j] * scale - l);
         for (int64_t j = len; j < n; j++)
             row[j] = 0.0f;
     }
@@ -98,7 +105,7 @@ void train_attn_fwd(const struct train_attn *a, const float *q, const float *k, 
             const int64_t t0 = b * BQ, t1 = t0 + BQ < T ? t0 + BQ : T, m = t1 - t0;
             gather(q, qd, h, hd, t0, t1, qb);
             train_gemm_nt(m, t1, hd, qb, kc + g * T * hd, S, 0);
-            softmax_rows(S, t0, t1, scale, NULL, lse + h * T);
+            softmax_rows(S, t0, t1, scale, lse + h * T);
             train_gemm_nn(m, hd, t1, S, vc + g * T * hd, ob, 0);
             for (int64_t t = t0; t < t1; t++)
                 memcpy(out + t * qd + h * hd, ob + (t - t0) * hd, (size_t)hd * sizeof(float));
@@ -142,7 +149,7 @@ void train_attn_bwd(const struct train_attn *a, const float *dout, const float *
                     dd[i] = s;
                 }
                 train_gemm_nt(m, t1, hd, qb, K, P, 0);
-                softmax_rows(P, t0, t1, scale, lse + h * T, NULL);
+                probs_rows(P, t0, t1, scale, lse + h * T);
                 train_gemm_nt(m, t1, hd, dob, V, dP, 0); /* dP = dO·Vᵀ */
                 for (int64_t i = 0; i < m; i++)
                     for (int64_t j = 0; j < t1; j++)
