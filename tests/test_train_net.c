@@ -494,6 +494,58 @@ static void test_logprobs_with_without(void **state)
     free(tok);
 }
 
+/* lora_merge_f32 into a full net's weights gives the LoRA net's loss; unmerging restores them. */
+static void merge_all(const struct lora_adapter *l, const struct train_net *nf, float sign)
+{
+    char name[96];
+    for (int64_t il = 0; il < l->n_layer; il++)
+        for (int t = 0; t < LORA_N_TARGETS; t++) {
+            snprintf(name, sizeof name, "blk.%lld.%s", (long long)il, gguf_lin[t]);
+            lora_merge_f32(l, lora_pair_at(l, il, (enum lora_target)t), param_named(nf, name)->w,
+                           sign);
+        }
+}
+
+static void test_merge_unmerge(void **state)
+{
+    (void)state;
+    char err[256];
+    struct lora_adapter *l = rand_lora(m_llama, 4, 8.0f, 0, LORA_ALL_TARGETS, 0.05);
+    struct train_net *nl = lora_net(m_llama, l, 0), *nf = full_net(m_llama, 0);
+    size_t np;
+    const struct train_param *p = train_net_params_list(nf, &np);
+    size_t total = 0;
+    for (size_t i = 0; i < np; i++)
+        total += (size_t)p[i].n;
+    float *orig = malloc(total * sizeof *orig);
+    for (size_t i = 0, off = 0; i < np; off += (size_t)p[i].n, i++)
+        memcpy(orig + off, p[i].w, (size_t)p[i].n * sizeof(float));
+    merge_all(l, nf, 1.0f);
+    const float *wq = param_named(nf, "blk.0.attn_q.weight")->w;
+    const size_t wq_off = (size_t)(param_named(nf, "blk.0.attn_q.weight") - p);
+    size_t off0 = 0;
+    for (size_t i = 0; i < wq_off; i++)
+        off0 += (size_t)p[i].n;
+    double moved = 0;
+    for (int64_t i = 0; i < param_named(nf, "blk.0.attn_q.weight")->n; i++)
+        moved = fmax(moved, fabs((double)wq[i] - (double)orig[off0 + (size_t)i]));
+    assert_true(moved > 1e-4); /* the merge changed the weight */
+    const int64_t T = 21;
+    int32_t *tok = rand_tokens(T, m_llama->hp.n_vocab);
+    double ll, lf;
+    assert_int_equal(train_net_loss(nl, tok, T, NULL, 0, &ll, NULL, err, sizeof err), 0);
+    assert_int_equal(train_net_loss(nf, tok, T, NULL, 0, &lf, NULL, err, sizeof err), 0);
+    assert_true(fabs(ll - lf) <= 1e-5 * fabs(ll));
+    merge_all(l, nf, -1.0f);
+    for (size_t i = 0, off = 0; i < np; off += (size_t)p[i].n, i++)
+        expect_rel(p[i].name, p[i].w, orig + off, p[i].n, 1e-6);
+    free(tok);
+    free(orig);
+    train_net_free(nl);
+    train_net_free(nf);
+    lora_free(l);
+}
+
 static void test_adapter_mismatch(void **state)
 {
     (void)state;
@@ -524,7 +576,7 @@ int main(void)
         cmocka_unit_test(test_logprobs_match_engine), cmocka_unit_test(test_full_grads_match_tiny),
         cmocka_unit_test(test_lora_grads_chain_rule), cmocka_unit_test(test_lora_checkpoint_bits),
         cmocka_unit_test(test_lora_dropout_fd),       cmocka_unit_test(test_logprobs_with_without),
-        cmocka_unit_test(test_adapter_mismatch),
+        cmocka_unit_test(test_merge_unmerge),         cmocka_unit_test(test_adapter_mismatch),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

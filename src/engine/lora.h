@@ -75,6 +75,13 @@ static inline const struct lora_pair *lora_pair_at(const struct lora_adapter *l,
 void lora_apply(const struct lora_adapter *l, const struct lora_pair *p, const float *x, int64_t nb,
                 float *y, float *tmp);
 
+/* d [n_in] = scale · (B·A) row o: the change merging makes to output row o of the weight. */
+void lora_delta_row(const struct lora_adapter *l, const struct lora_pair *p, int64_t o, float *d);
+/* Merges (sign +1) or unmerges (sign -1) the pair into an F32 weight W [n_out][n_in]:
+ * W += sign · scale · B·A, row by row with lora_delta_row, so a merge in memory equals
+ * `model merge`'s in F32. An unmerge after a merge restores W up to float rounding. */
+void lora_merge_f32(const struct lora_adapter *l, const struct lora_pair *p, float *w, float sign);
+
 /* ---- lora_io.c ---------------------------------------------------------------------------
  * A PEFT adapter folder: adapter_model.safetensors (F32 tensors named
  * base_model.model.model.layers.N.{self_attn,mlp}.MODULE.lora_{A,B}.weight) and

@@ -9,6 +9,11 @@
  */
 #include "engine/lora.h"
 
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/xalloc.h"
+
 void lora_apply(const struct lora_adapter *l, const struct lora_pair *p, const float *x, int64_t nb,
                 float *y, float *tmp)
 {
@@ -31,5 +36,33 @@ void lora_apply(const struct lora_adapter *l, const struct lora_pair *p, const f
                 s += br[r] * t[r];
             yr[o] += s;
         }
+    }
+}
+
+void lora_delta_row(const struct lora_adapter *l, const struct lora_pair *p, int64_t o, float *d)
+{
+    const int64_t n_in = p->n_in, rank = l->rank;
+    memset(d, 0, (size_t)n_in * sizeof(float));
+    for (int64_t r = 0; r < rank; r++) {
+        const float sb = l->scale * p->b[o * rank + r];
+        const float *ar = p->a + r * n_in;
+        for (int64_t i = 0; i < n_in; i++)
+            d[i] += sb * ar[i];
+    }
+}
+
+void lora_merge_f32(const struct lora_adapter *l, const struct lora_pair *p, float *w, float sign)
+{
+    const int64_t n_in = p->n_in;
+#pragma omp parallel
+    {
+        float *d = af_xmalloc((size_t)n_in * sizeof(float));
+#pragma omp for schedule(static)
+        for (int64_t o = 0; o < p->n_out; o++) {
+            lora_delta_row(l, p, o, d);
+            for (int64_t i = 0; i < n_in; i++)
+                w[o * n_in + i] += sign * d[i];
+        }
+        free(d);
     }
 }

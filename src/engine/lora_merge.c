@@ -53,33 +53,24 @@ static int parse_target(const char *name, int64_t n_layer, int64_t *il, enum lor
 static void merge_tensor(const struct gguf_tensor *t, const struct lora_adapter *l,
                          const struct lora_pair *p, uint32_t type, void **out, uint64_t *nbytes)
 {
-    const int64_t n_in = t->ne[0], rows = t->ne[1], rank = l->rank;
+    const int64_t n_in = t->ne[0], rows = t->ne[1];
     const size_t in_row = quant_row_bytes(t->type, n_in), out_row = quant_row_bytes(type, n_in);
     *nbytes = (uint64_t)rows * out_row;
     char *dst = af_xmalloc(*nbytes ? *nbytes : 1);
 #pragma omp parallel
     {
-        float *w = af_xmalloc((size_t)n_in * sizeof(float));  /* (n_in) */
-        float *d = af_xmalloc((size_t)n_in * sizeof(float));  /* (n_in) */
-        float *sb = af_xmalloc((size_t)rank * sizeof(float)); /* (rank) */
+        float *w = af_xmalloc((size_t)n_in * sizeof(float)); /* (n_in) */
+        float *d = af_xmalloc((size_t)n_in * sizeof(float)); /* (n_in) */
 #pragma omp for schedule(static)
         for (int64_t o = 0; o < rows; o++) {
             quant_dequantize_row(t->type, (const char *)t->data + (size_t)o * in_row, w, n_in);
-            for (int64_t r = 0; r < rank; r++)
-                sb[r] = l->scale * p->b[o * rank + r];
-            memset(d, 0, (size_t)n_in * sizeof(float));
-            for (int64_t r = 0; r < rank; r++) {
-                const float *ar = p->a + r * n_in;
-                for (int64_t i = 0; i < n_in; i++)
-                    d[i] += sb[r] * ar[i];
-            }
+            lora_delta_row(l, p, o, d);
             for (int64_t i = 0; i < n_in; i++)
                 w[i] += d[i];
             quant_quantize_row(type, w, dst + (size_t)o * out_row, n_in);
         }
         free(w);
         free(d);
-        free(sb);
     }
     *out = dst;
 }
