@@ -7,6 +7,8 @@
 #include <string.h>
 
 #include "core/buf.h"
+#include "core/errf.h"
+#include "core/fileio.h"
 
 /* Length of the valid UTF-8 sequence at p (at most n bytes), or 0 when invalid. */
 static size_t utf8_seq(const unsigned char *p, size_t n)
@@ -84,4 +86,21 @@ void af_json_add_int(json_t *obj, const char *key, json_int_t n)
     json_t *v = json_object_get(obj, key);
     json_int_t cur = json_is_integer(v) ? json_integer_value(v) : 0;
     json_object_set_new(obj, key, json_integer(cur + n));
+}
+
+json_t *af_json_load_object(const char *path, size_t limit, char *err, size_t errlen)
+{
+    char *text = NULL;
+    if (af_file_read(path, limit, &text, NULL, err, errlen))
+        return NULL;
+    json_error_t je;
+    json_t *j = json_loads(text, 0, &je);
+    free(text);
+    if (!json_is_object(j)) {
+        af_errf(err, errlen, "%s: line %d column %d: %s", path, je.line, je.column,
+                j ? "not a JSON object" : je.text);
+        json_decref(j);
+        return NULL;
+    }
+    return j;
 }

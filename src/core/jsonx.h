@@ -17,6 +17,9 @@ json_t *af_json_textn(const char *s, size_t len);
 char *af_utf8_repair(const char *s, size_t len);
 /* Returns the string member `key` of obj, or NULL when absent or not a string. Borrowed. */
 const char *af_json_get_str(const json_t *obj, const char *key);
+/* Reads `path` (at most `limit` bytes) as a JSON object. NULL on failure, with a message in
+ * err naming the file (and the line and column of a parse error). New ref. */
+json_t *af_json_load_object(const char *path, size_t limit, char *err, size_t errlen);
 /* Adds n to the integer member `key` of obj (created as 0 first). */
 void af_json_add_int(json_t *obj, const char *key, json_int_t n);
 

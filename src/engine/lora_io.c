@@ -278,23 +278,6 @@ struct peft_cfg {
     uint8_t *want; /* owned */
 };
 
-static json_t *read_json(const char *path, char *err, size_t errlen)
-{
-    char *text = NULL;
-    if (af_file_read(path, LORA_CFG_MAX, &text, NULL, err, errlen))
-        return NULL;
-    json_error_t je;
-    json_t *j = json_loads(text, 0, &je);
-    free(text);
-    if (!json_is_object(j)) {
-        af_errf(err, errlen, "%s: line %d column %d: %s", path, je.line, je.column,
-                j ? "not a JSON object" : je.text);
-        json_decref(j);
-        return NULL;
-    }
-    return j;
-}
-
 /* Options PEFT has that change the maths in ways this engine does not implement. */
 static int check_unsupported(json_t *c, const char *path, char *err, size_t errlen)
 {
@@ -491,7 +474,7 @@ static int read_targets(json_t *c, const char *path, int64_t n_layer, struct pef
 static int read_config(const char *path, int64_t n_layer, struct peft_cfg *cfg, char *err,
                        size_t errlen)
 {
-    json_t *c = read_json(path, err, errlen);
+    json_t *c = af_json_load_object(path, LORA_CFG_MAX, err, errlen);
     if (!c)
         return access(path, F_OK) == 0 ? AF_EPARSE : AF_ENOTFOUND;
     int rc = check_unsupported(c, path, err, errlen);

@@ -18,28 +18,12 @@
 
 #include "core/errf.h"
 #include "core/fileio.h"
+#include "core/jsonx.h"
 #include "core/xalloc.h"
 #include "engine/model.h"
 #include "engine/quant.h"
 
 #define HF_CONFIG_MAX (16u << 20)
-
-static json_t *read_json(const char *path, char *err, size_t errlen)
-{
-    char *text = NULL;
-    if (af_file_read(path, HF_CONFIG_MAX, &text, NULL, err, errlen))
-        return NULL;
-    json_error_t je;
-    json_t *j = json_loads(text, 0, &je);
-    free(text);
-    if (!json_is_object(j)) {
-        af_errf(err, errlen, "%s: line %d column %d: %s", path, je.line, je.column,
-                j ? "not a JSON object" : je.text);
-        json_decref(j);
-        return NULL;
-    }
-    return j;
-}
 
 static int cfg_int(json_t *cfg, const char *path, const char *key, int64_t *out, int required,
                    char *err, size_t errlen)
@@ -218,7 +202,7 @@ int hf_load_config(struct model *m, const char *dir, char *err, size_t errlen)
 {
     char path[4200];
     snprintf(path, sizeof path, "%s/config.json", dir);
-    json_t *cfg = read_json(path, err, errlen);
+    json_t *cfg = af_json_load_object(path, HF_CONFIG_MAX, err, errlen);
     if (!cfg)
         return AF_EPARSE;
     int rc = hparams(m, cfg, path, err, errlen);
@@ -226,7 +210,7 @@ int hf_load_config(struct model *m, const char *dir, char *err, size_t errlen)
     if (rc == AF_OK)
         rc = open_shards(m, dir, err, errlen);
     snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
-    json_t *tc = rc == AF_OK ? read_json(path, NULL, 0) : NULL;
+    json_t *tc = rc == AF_OK ? af_json_load_object(path, HF_CONFIG_MAX, NULL, 0) : NULL;
     const char *tmpl = json_string_value(json_object_get(tc, "chat_template"));
     if (tmpl)
         m->chat_template = af_xstrdup(tmpl);

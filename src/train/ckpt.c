@@ -16,6 +16,7 @@
 
 #include "core/errf.h"
 #include "core/fileio.h"
+#include "core/jsonx.h"
 #include "core/xalloc.h"
 #include "engine/quant.h"
 #include "engine/safetensors.h"
@@ -198,12 +199,10 @@ static int write_state(const char *path, const struct ckpt_state *st, int64_t ad
 static int read_state(const char *path, struct ckpt_state *st, int64_t *adam_step, char *err,
                       size_t errlen)
 {
-    json_error_t je;
-    json_t *o = json_load_file(path, 0, &je);
-    if (!o) {
-        af_errf(err, errlen, "%s: line %d column %d: %s", path, je.line, je.column, je.text);
+    json_t *o = af_json_load_object(path, (size_t)1 << 24, err, errlen);
+    if (!o)
         return AF_EPARSE;
-    }
+    json_error_t je;
     json_int_t step, epoch, pos, as;
     json_t *rng = NULL, *settings = NULL;
     int rc = AF_OK;
