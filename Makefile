@@ -95,8 +95,9 @@ $(B)/bench/%: bench/%.c $(TEST_SUPPORT_OBJ) $(LIBA)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) -Itests $(LDFLAGS_MODE) $(LDFLAGS) -o $@ $< $(TEST_SUPPORT_OBJ) $(LIBA) $(LDLIBS_ALL)
 
-# Each test binary runs with AGENTFLOW_BIN pointing at the CLI for end-to-end tests.
-test: $(TEST_BIN) $(CLI)
+# Each test binary runs with AGENTFLOW_BIN pointing at the CLI for end-to-end tests. The
+# benchmarks are built too (not run), so an API change cannot leave them broken.
+test: $(TEST_BIN) $(CLI) $(BENCH_BIN)
 	@AGENTFLOW_BIN=$(abspath $(CLI)) AGENTFLOW_SRC=$(CURDIR) sh tests/run_all.sh $(TEST_BIN)
 
 asan:

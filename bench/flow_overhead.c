@@ -188,7 +188,7 @@ int main(int argc, char **argv)
     pthread_mutex_init(&t.mu, NULL);
     struct af_llm *llm = af_llm_new_custom(&timed_ops, &t);
     struct af_tool_registry *reg = af_tool_registry_new();
-    if (!t.inner || af_tool_registry_add_builtins(reg, NULL, err, sizeof err)) {
+    if (!t.inner || af_tool_registry_add_builtins(reg, NULL, NULL, err, sizeof err)) {
         fprintf(stderr, "flow_overhead: %s\n", err);
         kill(server, SIGKILL);
         return 1;
