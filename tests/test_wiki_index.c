@@ -20,6 +20,7 @@
 #include "agentflow/tools.h"
 #include "core/buf.h"
 #include "tools/wiki_index.h"
+#include "tools/wiki_row.h"
 
 static const char *JSONL =
     "{\"id\": \"p1\", \"title\": \"Zürich\", \"text\": \"Zürich is the largest city in "
@@ -80,19 +81,25 @@ static void write_file(const char *path, const char *s)
     assert_int_equal(fclose(f), 0);
 }
 
-static const char *build_from(struct tmp *t, const char *name, const char *content, size_t *n)
+static const char *build_with(struct tmp *t, const char *name, const char *dbname,
+                              const char *content, const struct wiki_build_params *p, size_t *n)
 {
     const char *in = tmp_file(t, name);
-    const char *db = tmp_file(t, "index.db");
+    const char *db = tmp_file(t, dbname);
     write_file(in, content);
     char err[512] = "";
     struct wiki_build_stats st;
-    int rc = wiki_index_build(in, db, NULL, &st, err, sizeof err);
+    int rc = wiki_index_build(in, db, p, &st, err, sizeof err);
     if (rc)
         fail_msg("build failed: %s", err);
     if (n)
         *n = st.n_passages;
     return db;
+}
+
+static const char *build_from(struct tmp *t, const char *name, const char *content, size_t *n)
+{
+    return build_with(t, name, "index.db", content, NULL, n);
 }
 
 static json_t *query(struct wiki_index *ix, const char *text, int k)
@@ -409,7 +416,9 @@ static void test_common_words(void **state)
 static void test_rank_matches_bm25(void **state)
 {
     struct tmp *t = *state;
-    const char *db = build_from(t, "in.jsonl", JSONL, NULL);
+    struct wiki_build_params p = wiki_build_default_params();
+    p.shards = 1; /* compared with bm25() on the one table */
+    const char *db = build_with(t, "in.jsonl", "index.db", JSONL, &p, NULL);
     struct wiki_index *ix = NULL;
     char err[512];
     assert_int_equal(wiki_index_open(db, 0, &ix, err, sizeof err), AF_OK);
@@ -452,6 +461,234 @@ static void test_rank_matches_bm25(void **state)
     wiki_index_close(ix);
 }
 
+/* A corpus of n passages drawn from a skewed vocabulary (so some words pass the frequent-term
+ * thresholds), with repeats inside passages and a few accented titles. */
+static char *skewed_corpus(int n)
+{
+    static const char *const words[] = {
+        "the",   "of",    "river",  "city",   "castle", "music",  "Zürich", "chemistry",
+        "prize", "north", "lake",   "battle", "king",   "queen",  "poem",   "island",
+        "comet", "tower", "bridge", "garden", "harbor", "valley", "forest", "desert"};
+    const int nw = (int)(sizeof words / sizeof words[0]);
+    uint64_t r = 0x9E3779B97F4A7C15ull;
+    struct af_buf b;
+    af_buf_init(&b, AF_BUF_NOLIMIT);
+    for (int i = 0; i < n; i++) {
+        (void)af_buf_printf(&b, "{\"id\": %d, \"title\": \"%s %d\", \"text\": \"", i,
+                            i % 17 == 0 ? "Café" : "Doc", i);
+        int len = 3 + i % 23;
+        for (int j = 0; j < len; j++) {
+            r = r * 6364136223846793005ull + 1442695040888963407ull;
+            uint64_t x = r >> 33;
+            /* Squaring skews the draw toward the first words. */
+            int w = (int)((x % 1000) * (x % 1000) * (uint64_t)nw / 1000000);
+            (void)af_buf_printf(&b, "%s%s", j ? " " : "", words[w]);
+        }
+        /* 14 passages (just over 0.5% of 2600) that sit 7 / 5 / 2 in the batches of 7 rows
+         * dealt to shards 0 / 1 / 2: in shard 2 the word is under the candidate share, so
+         * its count there must be looked up. */
+        int bird = (i >= 210 && i < 217) || (i >= 217 && i < 222) || (i >= 224 && i < 226);
+        (void)af_buf_printf(&b, " w%d%s\"}\n", i % 211, bird ? " rarebird" : "");
+    }
+    return af_buf_detach(&b);
+}
+
+static void common_rows(const char *db, struct af_buf *out)
+{
+    sqlite3 *raw = NULL;
+    assert_int_equal(sqlite3_open_v2(db, &raw, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+    sqlite3_stmt *s = NULL;
+    assert_int_equal(sqlite3_prepare_v2(raw, "SELECT term, doc FROM passages_common ORDER BY term",
+                                        -1, &s, NULL),
+                     SQLITE_OK);
+    while (sqlite3_step(s) == SQLITE_ROW)
+        (void)af_buf_printf(out, "%s=%lld ", (const char *)sqlite3_column_text(s, 0),
+                            (long long)sqlite3_column_int64(s, 1));
+    sqlite3_finalize(s);
+    sqlite3_close(raw);
+}
+
+/* An index of several shards gives the scores of a one-table index (statistics summed over the
+ * shards), the same frequent-term table and the same passage count. */
+static void test_shards_equal_one_table(void **state)
+{
+    struct tmp *t = *state;
+    char *jsonl = skewed_corpus(2600);
+    struct wiki_build_params p1 = wiki_build_default_params(), p3 = p1;
+    p1.shards = 1;
+    p3.shards = 3;
+    p3.shard_lines = 7;
+    size_t n1 = 0, n3 = 0;
+    const char *db1 = build_with(t, "c1.jsonl", "one.db", jsonl, &p1, &n1);
+    const char *db3 = build_with(t, "c3.jsonl", "three.db", jsonl, &p3, &n3);
+    free(jsonl);
+    assert_int_equal(n1, 2600);
+    assert_int_equal(n3, 2600);
+    struct af_buf c1, c3;
+    af_buf_init(&c1, AF_BUF_NOLIMIT);
+    af_buf_init(&c3, AF_BUF_NOLIMIT);
+    common_rows(db1, &c1);
+    common_rows(db3, &c3);
+    assert_non_null(strstr(c1.data, "the="));
+    assert_non_null(strstr(c1.data, "rarebird=14 "));
+    assert_string_equal(c1.data, c3.data);
+    af_buf_deinit(&c1);
+    af_buf_deinit(&c3);
+
+    struct wiki_index *i1 = NULL, *i3 = NULL;
+    char err[512];
+    assert_int_equal(wiki_index_open(db1, 0, &i1, err, sizeof err), AF_OK);
+    assert_int_equal(wiki_index_open(db3, 0, &i3, err, sizeof err), AF_OK);
+    assert_int_equal(wiki_index_count(i3), 2600);
+    static const char *queries[] = {
+        "river castle", "zurich chemistry prize", "w17",           "the of", "comet desert w3 w200",
+        "cafe",         "king queen island",      "nothingmatches"};
+    for (size_t qi = 0; qi < sizeof queries / sizeof queries[0]; qi++) {
+        for (int k = 1; k <= 40; k += 13) {
+            json_t *a = query(i1, queries[qi], k), *b = query(i3, queries[qi], k);
+            size_t n = json_array_size(a);
+            assert_int_equal(json_array_size(b), n);
+            for (size_t j = 0; j < n; j++) {
+                double sa = json_real_value(json_object_get(json_array_get(a, j), "score"));
+                double sb = json_real_value(json_object_get(json_array_get(b, j), "score"));
+                if (sa != sb)
+                    fail_msg("'%s' k=%d row %zu: one table %.17g, shards %.17g", queries[qi], k, j,
+                             sa, sb);
+                /* Ties may come in another order; a score held by one row names the row. */
+                double prev =
+                    j ? json_real_value(json_object_get(json_array_get(a, j - 1), "score")) : -1.0;
+                double next =
+                    j + 1 < n ? json_real_value(json_object_get(json_array_get(a, j + 1), "score"))
+                              : -1.0;
+                if (sa != prev && sa != next && j + 1 < n)
+                    assert_string_equal(
+                        json_string_value(json_object_get(json_array_get(a, j), "id")),
+                        json_string_value(json_object_get(json_array_get(b, j), "id")));
+            }
+            json_decref(a);
+            json_decref(b);
+        }
+    }
+    wiki_index_close(i1);
+    wiki_index_close(i3);
+}
+
+/* With rows dealt one at a time over three shards, the first bad line is still the one named,
+ * no file is left behind, and skipped lines leave the good rows in every shard. */
+static void test_shard_errors(void **state)
+{
+    struct tmp *t = *state;
+    const char *in = tmp_file(t, "bad3.jsonl");
+    const char *db = tmp_file(t, "bad3.db");
+    write_file(in, "{\"id\":\"a\",\"title\":\"A\",\"text\":\"alpha\"}\n"
+                   "{\"id\":\"b\",\"title\":\"B\",\"text\":\"beta\"}\n"
+                   "{\"id\":\"c\",\"title\":\"C\",\"text\": broken\n"
+                   "{\"id\":\"d\",\"title\":\"D\",\"text\":\"delta\"}\n"
+                   "{\"id\":[1],\"text\":\"delta\"}\n"
+                   "{\"id\":\"e\",\"title\":\"E\",\"text\":\"epsilon\"}\n");
+    struct wiki_build_params p = wiki_build_default_params();
+    p.shards = 3;
+    p.shard_lines = 1;
+    char err[512] = "";
+    for (int round = 0; round < 5; round++) { /* the workers race; the verdict may not */
+        assert_int_equal(wiki_index_build(in, db, &p, NULL, err, sizeof err), AF_EPARSE);
+        if (!strstr(err, "bad3.jsonl:3:"))
+            fail_msg("round %d: %s", round, err);
+    }
+    assert_int_equal(access(db, F_OK), -1);
+    for (int i = 0; i < 3; i++) {
+        char side[160];
+        snprintf(side, sizeof side, i ? "%s.tmp.%d" : "%s.tmp", db, i);
+        assert_int_equal(access(side, F_OK), -1);
+    }
+    p.skip_bad = 1;
+    struct wiki_build_stats st;
+    assert_int_equal(wiki_index_build(in, db, &p, &st, err, sizeof err), AF_OK);
+    assert_int_equal(st.n_passages, 4);
+    assert_int_equal(st.n_skipped, 2);
+    struct wiki_index *ix = NULL;
+    assert_int_equal(wiki_index_open(db, 0, &ix, err, sizeof err), AF_OK);
+    assert_int_equal(wiki_index_count(ix), 4);
+    expect_top(ix, "alpha", "a");
+    expect_top(ix, "beta", "b");
+    expect_top(ix, "delta", "d");
+    expect_top(ix, "epsilon", "e");
+    wiki_index_close(ix);
+    p.shards = 17; /* more than a build takes */
+    assert_int_equal(wiki_index_build(in, db, &p, NULL, err, sizeof err), AF_EINVAL);
+}
+
+/* The direct JSONL scanner and jansson agree: verdict, message and fields. */
+static void test_row_parsers_agree(void **state)
+{
+    (void)state;
+    static const char *lines[] = {
+        "{\"id\": \"p1\", \"title\": \"Zürich\", \"text\": \"Lake Zürich.\"}",
+        " { \"text\" : \"t\" ,\"id\":42 } ",
+        "{\"id\":-7,\"text\":\"neg\",\"title\":null}",
+        "{\"id\":-0,\"text\":\"zero\"}",
+        "{\"id\":123456789012345678,\"text\":\"big\"}",
+        "{\"id\":1234567890123456789,\"text\":\"bigger\"}",
+        "{\"id\":99999999999999999999,\"text\":\"too big\"}",
+        "{\"id\":1.5,\"text\":\"real\"}",
+        "{\"id\":1e3,\"text\":\"exp\"}",
+        "{\"id\":01,\"text\":\"leading zero\"}",
+        "{\"id\":\"a\",\"text\":\"esc \\\" \\\\ \\/ \\b \\f \\n \\r \\t end\"}",
+        "{\"id\":\"a\",\"text\":\"\\u00e9\\u4e2d\\ud83d\\ude00\"}",
+        "{\"id\":\"a\",\"text\":\"lone \\ud83d here\"}",
+        "{\"id\":\"a\",\"text\":\"low \\ude00 here\"}",
+        "{\"id\":\"a\",\"text\":\"nul \\u0000 here\"}",
+        "{\"id\":\"a\",\"text\":\"bad \\x escape\"}",
+        "{\"id\":\"a\",\"text\":\"short \\u12\"}",
+        "{\"id\":\"a\",\"text\":\"tab\there\"}",
+        "{\"id\":\"a\",\"text\":\"bad utf8 \xc3\x28\"}",
+        "{\"id\":\"a\",\"text\":\"overlong \xc0\xaf\"}",
+        "{\"id\":\"a\",\"text\":\"surrogate \xed\xa0\x80\"}",
+        "{\"id\":\"a\",\"text\":\"past max \xf4\x90\x80\x80\"}",
+        "{\"id\":\"a\",\"text\":\"cut \xe4\xb8\"}",
+        "{\"id\":\"a\",\"text\":\"t\"} trailing",
+        "{\"id\":\"a\",\"text\":\"t\",}",
+        "{\"id\":\"a\",\"text\":\"one\",\"text\":\"two\"}",
+        "{\"id\":\"a\",\"text\":\"t\",\"extra\":{\"nested\":[1,2]}}",
+        "{\"id\":\"a\",\"text\":\"t\",\"extra\":true,\"n\":5,\"z\":null,\"s\":\"x\"}",
+        "{\"id\":\"a\",\"text\":\"t\",\"n\":12,\"title\":\"after a number\"}",
+        "{\"id\":7,\"text\":\"t\",\"n\":12}",
+        "{\"id\":\"a\",\"title\":5,\"text\":\"t\"}",
+        "{\"id\":\"a\",\"title\":\"T\"}",
+        "{\"text\":\"no id\"}",
+        "{\"id\":null,\"text\":\"null id\"}",
+        "{\"id\":\"a\",\"text\":null}",
+        "{}",
+        "[1,2]",
+        "\"just a string\"",
+        "{\"id\":\"a\",\"text\":\"unterminated",
+        "{\"i\\u0064\":\"escaped key\",\"text\":\"t\"}",
+        "",
+    };
+    for (size_t i = 0; i < sizeof lines / sizeof lines[0]; i++) {
+        struct wiki_row_scratch s1 = {0}, s2 = {0};
+        struct wiki_row r1, r2;
+        char w1[256] = "", w2[256] = "";
+        size_t len = strlen(lines[i]);
+        int a = wiki_row_jsonl(lines[i], len, &r1, &s1, w1, sizeof w1);
+        int b = wiki_row_jsonl_jansson(lines[i], len, &r2, &s2, w2, sizeof w2);
+        if (a != b)
+            fail_msg("line %zu: scanner %d (%s), jansson %d (%s)", i, a, w1, b, w2);
+        if (a == 0) {
+            assert_int_equal(r1.id_len, r2.id_len);
+            assert_memory_equal(r1.id, r2.id, r1.id_len);
+            assert_int_equal(r1.title_len, r2.title_len);
+            assert_memory_equal(r1.title, r2.title, r1.title_len);
+            assert_int_equal(r1.text_len, r2.text_len);
+            assert_memory_equal(r1.text, r2.text, r1.text_len);
+        } else {
+            assert_string_equal(w1, w2);
+        }
+        wiki_row_scratch_free(&s1);
+        wiki_row_scratch_free(&s2);
+    }
+}
+
 /* A repeated word (any ASCII case) is queried once. */
 static void test_query_dedup(void **state)
 {
@@ -474,6 +711,9 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_common_words, setup, teardown),
         cmocka_unit_test_setup_teardown(test_rank_matches_bm25, setup, teardown),
         cmocka_unit_test(test_query_dedup),
+        cmocka_unit_test_setup_teardown(test_shards_equal_one_table, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_shard_errors, setup, teardown),
+        cmocka_unit_test(test_row_parsers_agree),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

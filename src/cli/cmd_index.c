@@ -14,13 +14,15 @@
 
 static void index_usage(FILE *f)
 {
-    fprintf(f, "usage: agentflow index build --input FILE --out DB [--skip-bad]\n"
+    fprintf(f, "usage: agentflow index build --input FILE --out DB [--skip-bad] [--shards N]\n"
                "       agentflow index query DB TEXT [-k N]\n"
                "\n"
                "build  reads JSONL ({\"id\",\"title\",\"text\"} per line) or the DPR / Search-R1\n"
                "       passage TSV (id, text, title; header skipped), plain or gzip'd, into an\n"
                "       SQLite FTS5 index at DB (written as DB.tmp, renamed at the end).\n"
                "       --skip-bad counts and skips malformed lines instead of failing.\n"
+               "       --shards N builds N FTS5 tables in parallel (default: one per CPU, at\n"
+               "       most 4; 1 to 16); queries score over all of them as over one table.\n"
                "query  prints the N best passages (default 5) as a JSON array of\n"
                "       {id, title, text, score}, best first.\n"
                "Use the index with --wiki-db DB or AGENTFLOW_WIKI_DB=DB.\n"
@@ -61,7 +63,16 @@ static int index_build(int argc, char **argv)
             out = argv[++i];
         else if (strcmp(argv[i], "--skip-bad") == 0)
             p.skip_bad = 1;
-        else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+        else if (strcmp(argv[i], "--shards") == 0 && i + 1 < argc) {
+            char *end = NULL;
+            long v = strtol(argv[++i], &end, 10);
+            if (!*argv[i] || *end || v < 1 || v > 16) {
+                fprintf(stderr, "agentflow index build: --shards takes 1 to 16 (got '%s')\n",
+                        argv[i]);
+                return CLI_EUSAGE;
+            }
+            p.shards = (int)v;
+        } else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
             index_usage(stdout);
             return CLI_OK;
         } else {

@@ -1,12 +1,16 @@
 /*
  * wiki_index.h - an offline passage index on SQLite FTS5, for Wikipedia_RAG_Search_Tool.
  *
- * One database holds one FTS5 table, `passages(id UNINDEXED, title, text)`, tokenized with
- * 'unicode61 remove_diacritics 2' (so "Zurich" matches "Zürich") and ranked by BM25.
- * The builder streams JSONL ({"id","title","text"}) or the DPR / Search-R1 passage TSV
- * (id, text, title; header line skipped; fields may be double-quoted with "" escapes), plain
- * or gzip'd, into DB.tmp and renames it onto DB at the end: an interrupted build never leaves
- * a half-built index under the final name.
+ * One database holds the passages in FTS5 tables `passages(id UNINDEXED, title, text)`,
+ * tokenized with 'unicode61 remove_diacritics 2' (so "Zurich" matches "Zürich") and ranked by
+ * BM25. A build uses one shard per CPU (at most 4): `passages`, `passages_1`, ... each hold
+ * a share of the rows and are built by their own thread; a query runs on every shard with the
+ * document frequencies, row count and average length summed over all of them, so its scores
+ * equal a one-table index's. The builder streams JSONL ({"id","title","text"}) or the DPR /
+ * Search-R1 passage TSV (id, text, title; header line skipped; fields may be double-quoted
+ * with "" escapes), plain or gzip'd, into DB.tmp (and DB.tmp.N per further shard) and renames
+ * it onto DB at the end: an interrupted build never leaves a half-built index under the final
+ * name.
  *
  * Queries take free text from a model or user: it is cut into words and each word is quoted
  * as an FTS5 string, OR'd together, so no input can cause an FTS5 syntax error. The build
@@ -40,6 +44,9 @@ struct wiki_build_params {
     size_t batch_rows;         /* rows per transaction (default 1000000) */
     size_t max_line_bytes;     /* a longer input line is an error (default 16 MiB) */
     int optimize;              /* 1: merge the FTS5 segments at the end (faster queries) */
+    int shards;                /* FTS5 tables built in parallel: 0 = one per CPU, at most 4;
+                                  1..16 as given */
+    size_t shard_lines;        /* input lines dealt to a shard at a time (default 1024) */
     wiki_progress_fn progress; /* optional */
     void *user;                /* passed to progress; borrowed */
 };
@@ -63,9 +70,10 @@ AF_NODISCARD int wiki_index_build(const char *in_path, const char *db_path,
                                   const struct wiki_build_params *p, struct wiki_build_stats *st,
                                   char *err, size_t errlen);
 
-/* Opens an index. writable = 0 opens it read-only (queries). Checks that the file exists and
- * holds a passage table; otherwise fails with AF_ENOTFOUND (missing) or AF_EIO (corrupt or
- * not an index), naming the file in err. *out is owned by the caller (wiki_index_close). */
+/* Opens an index (any shard count, and indexes of one table from earlier builds). writable = 0
+ * opens it read-only (queries). Checks that the file exists and holds a passage table; otherwise
+ * fails with AF_ENOTFOUND (missing) or AF_EIO (corrupt or not an index), naming the file in err.
+ * *out is owned by the caller (wiki_index_close). */
 AF_NODISCARD int wiki_index_open(const char *path, int writable, struct wiki_index **out, char *err,
                                  size_t errlen);
 /* Closes the handle. Accepts NULL. */
