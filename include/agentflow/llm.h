@@ -146,8 +146,9 @@ void af_llm_cache_stats(struct af_llm_cache *c, uint64_t *hits, uint64_t *misses
 
 /* --- The in-process engine (`gguf:PATH`) ------------------------------------------------ */
 struct af_engine_params;
-/* A back-end on a GGUF model run in this process (agentflow/engine.h). Handles naming the same
- * path share one loaded engine; p (may be NULL: defaults) applies when this call loads it.
+/* A back-end on a GGUF model run in this process (agentflow/engine.h). path is "PATH" or
+ * "PATH+lora:DIR" (a PEFT adapter folder applied on top of the model). Handles naming the same
+ * spec share one loaded engine; p (may be NULL: defaults) applies when this call loads it.
  * Replies carry prompt_ids, response_ids and response_logprobs. On failure returns NULL with
  * a message naming the file and the fault. Owned by the caller: af_llm_free. */
 struct af_llm *af_llm_gguf_new(const char *path, const struct af_engine_params *p, char *err,
