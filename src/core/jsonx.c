@@ -9,35 +9,7 @@
 #include "core/buf.h"
 #include "core/errf.h"
 #include "core/fileio.h"
-
-/* Length of the valid UTF-8 sequence at p (at most n bytes), or 0 when invalid. */
-static size_t utf8_seq(const unsigned char *p, size_t n)
-{
-    unsigned c = p[0];
-    size_t len;
-    unsigned min;
-    if (c < 0x80)
-        return 1;
-    if (c >= 0xC2 && c <= 0xDF)
-        len = 2, min = 0x80;
-    else if (c >= 0xE0 && c <= 0xEF)
-        len = 3, min = 0x800;
-    else if (c >= 0xF0 && c <= 0xF4)
-        len = 4, min = 0x10000;
-    else
-        return 0;
-    if (n < len)
-        return 0;
-    unsigned cp = c & (0xFFu >> (len + 1));
-    for (size_t i = 1; i < len; i++) {
-        if ((p[i] & 0xC0) != 0x80)
-            return 0;
-        cp = (cp << 6) | (p[i] & 0x3F);
-    }
-    if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
-        return 0;
-    return len;
-}
+#include "core/utf8.h"
 
 char *af_utf8_repair(const char *s, size_t len)
 {
@@ -46,7 +18,7 @@ char *af_utf8_repair(const char *s, size_t len)
     const unsigned char *p = (const unsigned char *)s;
     size_t i = 0;
     while (i < len) {
-        size_t k = p[i] ? utf8_seq(p + i, len - i) : 0;
+        size_t k = p[i] ? af_utf8_seq(p + i, len - i) : 0;
         if (k) {
             (void)af_buf_append(&b, p + i, k);
             i += k;

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/utf8.h"
 #include "core/xalloc.h"
 #include "engine/tok_int.h"
 
@@ -78,30 +79,6 @@ int32_t tok_merge_rank(const struct tokenizer *t, const char *l, size_t nl, cons
 }
 
 /* --- UTF-8 as llama.cpp reads it ---------------------------------------------------------- */
-
-static size_t utf8_put(uint32_t c, char *o)
-{
-    if (c < 0x80) {
-        o[0] = (char)c;
-        return 1;
-    }
-    if (c < 0x800) {
-        o[0] = (char)(0xC0 | (c >> 6));
-        o[1] = (char)(0x80 | (c & 0x3F));
-        return 2;
-    }
-    if (c < 0x10000) {
-        o[0] = (char)(0xE0 | (c >> 12));
-        o[1] = (char)(0x80 | ((c >> 6) & 0x3F));
-        o[2] = (char)(0x80 | (c & 0x3F));
-        return 3;
-    }
-    o[0] = (char)(0xF0 | (c >> 18));
-    o[1] = (char)(0x80 | ((c >> 12) & 0x3F));
-    o[2] = (char)(0x80 | ((c >> 6) & 0x3F));
-    o[3] = (char)(0x80 | (c & 0x3F));
-    return 4;
-}
 
 /* llama.cpp's unicode_cpt_from_utf8 (lenient: overlong forms and surrogates pass); returns
  * the code point, or 0xFFFD after consuming one byte of an invalid sequence. */
@@ -187,9 +164,9 @@ static void sanitize(const char *in, size_t len, char **lt, char **mt, size_t *n
     size_t i = 0, o = 0;
     while (i < len) {
         uint32_t c = lax_decode(s, len, &i);
-        size_t k = utf8_put(c, a + o);
+        size_t k = af_utf8_put(c, a + o);
         if (c >= 0xD800 && c <= 0xDFFF)
-            utf8_put(0xFFFD, b + o);
+            af_utf8_put(0xFFFD, b + o);
         else
             memcpy(b + o, a + o, k);
         o += k;

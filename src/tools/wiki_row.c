@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "core/errf.h"
+#include "core/utf8.h"
 #include "core/xalloc.h"
 
 void wiki_row_scratch_free(struct wiki_row_scratch *sc)
@@ -79,33 +80,6 @@ static const char *skip_ws(const char *p, const char *e)
     return p;
 }
 
-static int cont(const char *p, const char *e, size_t i, unsigned lo, unsigned hi)
-{
-    if (p + i >= e)
-        return 0;
-    unsigned c = (unsigned char)p[i];
-    return c >= lo && c <= hi;
-}
-
-/* Length of the valid UTF-8 sequence at p (no overlongs, surrogates or values past U+10FFFF,
- * as jansson checks), or 0. */
-static size_t utf8_len(const char *p, const char *e)
-{
-    unsigned c = (unsigned char)p[0];
-    if (c >= 0xC2 && c <= 0xDF)
-        return cont(p, e, 1, 0x80, 0xBF) ? 2 : 0;
-    if (c >= 0xE0 && c <= 0xEF) {
-        unsigned lo = c == 0xE0 ? 0xA0 : 0x80, hi = c == 0xED ? 0x9F : 0xBF;
-        return cont(p, e, 1, lo, hi) && cont(p, e, 2, 0x80, 0xBF) ? 3 : 0;
-    }
-    if (c >= 0xF0 && c <= 0xF4) {
-        unsigned lo = c == 0xF0 ? 0x90 : 0x80, hi = c == 0xF4 ? 0x8F : 0xBF;
-        return cont(p, e, 1, lo, hi) && cont(p, e, 2, 0x80, 0xBF) && cont(p, e, 3, 0x80, 0xBF) ? 4
-                                                                                               : 0;
-    }
-    return 0;
-}
-
 static int hex4(const char *p, const char *e, unsigned *out)
 {
     if (e - p < 4)
@@ -125,30 +99,6 @@ static int hex4(const char *p, const char *e, unsigned *out)
     return 1;
 }
 
-static size_t put_utf8(char *o, unsigned cp)
-{
-    if (cp < 0x80) {
-        o[0] = (char)cp;
-        return 1;
-    }
-    if (cp < 0x800) {
-        o[0] = (char)(0xC0 | (cp >> 6));
-        o[1] = (char)(0x80 | (cp & 0x3F));
-        return 2;
-    }
-    if (cp < 0x10000) {
-        o[0] = (char)(0xE0 | (cp >> 12));
-        o[1] = (char)(0x80 | ((cp >> 6) & 0x3F));
-        o[2] = (char)(0x80 | (cp & 0x3F));
-        return 3;
-    }
-    o[0] = (char)(0xF0 | (cp >> 18));
-    o[1] = (char)(0x80 | ((cp >> 12) & 0x3F));
-    o[2] = (char)(0x80 | ((cp >> 6) & 0x3F));
-    o[3] = (char)(0x80 | (cp & 0x3F));
-    return 4;
-}
-
 /* A \u escape at p (p[0] == '\\', p[1] == 'u'), surrogate pairs joined: writes its UTF-8 at o.
  * Returns the input bytes used, or 0 for what jansson rejects (\u0000, lone surrogates). */
 static size_t unicode_escape(const char *p, const char *e, char *o, size_t *olen)
@@ -164,7 +114,7 @@ static size_t unicode_escape(const char *p, const char *e, char *o, size_t *olen
         cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
         used = 12;
     }
-    *olen = put_utf8(o, cp);
+    *olen = af_utf8_put(cp, o);
     return used;
 }
 
@@ -191,7 +141,7 @@ static size_t scan_string(const char **pp, const char *e, char *out)
         if (c < 0x20)
             return SIZE_MAX;
         if (c >= 0x80) {
-            size_t k = utf8_len(p, e);
+            size_t k = af_utf8_seq((const unsigned char *)p, (size_t)(e - p));
             if (!k)
                 return SIZE_MAX;
             memcpy(out + n, p, k);
