@@ -12,6 +12,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 #include <math.h>
 #include <sqlite3.h>
@@ -631,6 +634,63 @@ static void test_shard_errors(void **state)
     assert_int_equal(wiki_index_build(in, db, &p, NULL, err, sizeof err), AF_EINVAL);
 }
 
+/* A build killed with SIGKILL in mid-run leaves the last good index as it was; stale shard
+ * files (here from a build with more shards) are cleared by the next build. */
+static void test_build_killed(void **state)
+{
+    struct tmp *t = *state;
+    size_t n = 0;
+    const char *db = build_with(t, "small.jsonl", "kill.db", JSONL, NULL, &n);
+    assert_int_equal(n, 4);
+    const char *big = tmp_file(t, "big.jsonl");
+    char *jsonl = skewed_corpus(200000); /* seconds of work: surely killed in mid-run */
+    write_file(big, jsonl);
+    free(jsonl);
+    char stale[160], tmpdb[160];
+    snprintf(stale, sizeof stale, "%s.tmp.%d", db, 7);
+    snprintf(tmpdb, sizeof tmpdb, "%s.tmp", db);
+    write_file(stale, "left by a killed 8-shard build");
+
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        struct wiki_build_params p = wiki_build_default_params();
+        p.shards = 2;
+        char err[512];
+        _exit(wiki_index_build(big, db, &p, NULL, err, sizeof err) == 0 ? 0 : 1);
+    }
+    /* Kill it once the stale file is gone and DB.tmp exists: the build is under way. */
+    for (int i = 0; i < 2000 && (access(tmpdb, F_OK) != 0 || access(stale, F_OK) == 0); i++) {
+        struct timespec ts = {0, 5 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    kill(pid, SIGKILL);
+    int status = 0;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    if (!WIFSIGNALED(status))
+        fail_msg("the build finished before it could be killed (exit %d)", WEXITSTATUS(status));
+    assert_int_equal(access(stale, F_OK), -1);
+
+    struct wiki_index *ix = NULL;
+    char err[512];
+    assert_int_equal(wiki_index_open(db, 0, &ix, err, sizeof err), AF_OK);
+    assert_int_equal(wiki_index_count(ix), 4);
+    expect_top(ix, "Eiffel Tower", "2");
+    wiki_index_close(ix);
+
+    struct wiki_build_stats st;
+    const char *small = tmp_file(t, "small2.jsonl");
+    write_file(small, JSONL);
+    assert_int_equal(wiki_index_build(small, db, NULL, &st, err, sizeof err), AF_OK);
+    assert_int_equal(st.n_passages, 4);
+    assert_int_equal(access(tmpdb, F_OK), -1);
+    for (int i = 1; i < 16; i++) {
+        char side[160];
+        snprintf(side, sizeof side, "%s.tmp.%d", db, i);
+        assert_int_equal(access(side, F_OK), -1);
+    }
+}
+
 /* The direct JSONL scanner and jansson agree: verdict, message and fields. */
 static void test_row_parsers_agree(void **state)
 {
@@ -727,6 +787,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_shards_equal_one_table, setup, teardown),
         cmocka_unit_test_setup_teardown(test_shard_errors, setup, teardown),
         cmocka_unit_test(test_row_parsers_agree),
+        cmocka_unit_test_setup_teardown(test_build_killed, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -653,6 +653,18 @@ static int run_shards(struct build *b, void *(*fn)(void *))
     return AF_OK;
 }
 
+/* A build killed earlier, maybe with more shards, leaves DB.tmp.N files: remove those this
+ * build will not overwrite. */
+static void remove_stale_shards(const char *db_path, int n_shards)
+{
+    for (int i = n_shards; i < WIKI_MAX_SHARDS; i++) {
+        char *p = sqlite3_mprintf("%s.tmp.%d", db_path, i);
+        if (p)
+            unlink(p);
+        sqlite3_free(p);
+    }
+}
+
 static int auto_shards(void)
 {
     long n = sysconf(_SC_NPROCESSORS_ONLN);
@@ -817,6 +829,7 @@ int wiki_index_build(const char *in_path, const char *db_path, const struct wiki
         goto out;
     }
     gzbuffer(gz, 256 * 1024);
+    remove_stale_shards(db_path, b->n_shards);
     for (int i = 0; i < b->n_shards && !rc; i++)
         if ((rc = shard_open(&b->sh[i], b->n_shards)) != AF_OK)
             af_errf(err, errlen, "%s", b->sh[i].err);
