@@ -502,6 +502,75 @@ static void test_prefill_tiles_32(void **state)
     assert_int_equal(quant_set_isa("auto"), 0);
 }
 
+/* One FMA chain over k in order, from 0: what each output of the AVX2 F32 / F16 prefill
+ * matmul must equal bit for bit. */
+static float fma_chain(uint32_t t, const void *w, const void *x, int64_t k)
+{
+    float s = 0.0f;
+    for (int64_t i = 0; i < k; i++) {
+        const float a =
+            t == GGML_TYPE_F16 ? quant_f16_to_f32(((const uint16_t *)w)[i]) : ((const float *)w)[i];
+        const float b =
+            t == GGML_TYPE_F16 ? quant_f16_to_f32(((const uint16_t *)x)[i]) : ((const float *)x)[i];
+        s = fmaf(a, b, s);
+    }
+    return s;
+}
+
+/* The AVX2 F32 / F16 prefill matmuls (6 rows x 16 tokens, tokens in the lanes): every output
+ * equals the scalar FMA chain, so the bits do not depend on the batch size (2+), the token's
+ * offset or the row split; decode (m = 1) is the dot. 23 rows leave partial row tiles and
+ * m = 37 a partial token panel; k = 4867 is long and odd. */
+static void test_prefill_gemm_float(void **state)
+{
+    (void)state;
+    if (quant_set_isa("avx2") != 0)
+        skip();
+    static const uint32_t types[] = {GGML_TYPE_F32, GGML_TYPE_F16};
+    static const int64_t ks[] = {1, 8, 37, 179, 4867};
+    const int64_t rows = 23, m = 37;
+    struct rng r = {0xf10a7};
+    for (size_t ti = 0; ti < 2; ti++)
+        for (size_t ki = 0; ki < sizeof ks / sizeof ks[0]; ki++) {
+            const uint32_t t = types[ti];
+            const int64_t k = ks[ki];
+            float *fw = rand_vec(&r, rows * k, 0.05f), *fx = rand_vec(&r, m * k, 1.0f);
+            uint8_t *W = quantize_rows(t, fw, rows, k), *X = prepare_rows(t, fx, m, k);
+            const size_t wb = quant_row_bytes(t, k), xb = quant_row_bytes(t, k);
+            float *full = malloc((size_t)(rows * m) * sizeof *full);
+            float *part = malloc((size_t)(rows * m) * sizeof *part);
+            quant_matmul(t, W, k, X, m, full, rows, 0, rows);
+            /* tokens in batches of 2, 17 and 18; rows split 0..7 / 7..23 */
+            const int64_t cuts[] = {0, 2, 19, 37};
+            for (int c = 0; c < 3; c++)
+                for (int h = 0; h < 2; h++)
+                    quant_matmul(t, W, k, X + (size_t)cuts[c] * xb, cuts[c + 1] - cuts[c],
+                                 part + cuts[c] * rows, rows, h ? 7 : 0, h ? rows : 7);
+            assert_memory_equal(full, part, (size_t)(rows * m) * sizeof *full);
+            for (int64_t j = 0; j < m; j++)
+                for (int64_t i = 0; i < rows; i++) {
+                    const float want = fma_chain(t, W + (size_t)i * wb, X + (size_t)j * xb, k);
+                    if (memcmp(&want, &full[j * rows + i], sizeof want))
+                        fail_msg("%s k=%lld row %lld tok %lld: %.9g, fma chain %.9g",
+                                 quant_type_name(t), (long long)k, (long long)i, (long long)j,
+                                 (double)full[j * rows + i], (double)want);
+                }
+            /* decode: one token gives the dot's bits */
+            quant_matmul(t, W, k, X + 5 * xb, 1, part, rows, 0, rows);
+            for (int64_t i = 0; i < rows; i++) {
+                const float want = quant_vec_dot(t, k, W + (size_t)i * wb, X + 5 * xb);
+                assert_memory_equal(&want, &part[i], sizeof want);
+            }
+            free(fw);
+            free(fx);
+            free(W);
+            free(X);
+            free(full);
+            free(part);
+        }
+    assert_int_equal(quant_set_isa("auto"), 0);
+}
+
 /* The attention axpy: every ISA gives the reference's bits (multiply, then add). */
 static void test_axpy_isas(void **state)
 {
@@ -523,12 +592,13 @@ static void test_axpy_isas(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_type_table),      cmocka_unit_test(test_q8_0_rounding),
-        cmocka_unit_test(test_roundtrip_error), cmocka_unit_test(test_isa_select),
-        cmocka_unit_test(test_prepare_act_dot), cmocka_unit_test(test_avx2_vs_ref),
-        cmocka_unit_test(test_axpy_isas),       cmocka_unit_test(test_avx512_vs_ref),
-        cmocka_unit_test(test_oracle_q8_0),     cmocka_unit_test(test_oracle_q4_0),
-        cmocka_unit_test(test_oracle_kquants),  cmocka_unit_test(test_prefill_tiles_32),
+        cmocka_unit_test(test_type_table),         cmocka_unit_test(test_q8_0_rounding),
+        cmocka_unit_test(test_roundtrip_error),    cmocka_unit_test(test_isa_select),
+        cmocka_unit_test(test_prepare_act_dot),    cmocka_unit_test(test_avx2_vs_ref),
+        cmocka_unit_test(test_axpy_isas),          cmocka_unit_test(test_avx512_vs_ref),
+        cmocka_unit_test(test_oracle_q8_0),        cmocka_unit_test(test_oracle_q4_0),
+        cmocka_unit_test(test_oracle_kquants),     cmocka_unit_test(test_prefill_tiles_32),
+        cmocka_unit_test(test_prefill_gemm_float),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

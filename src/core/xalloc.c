@@ -21,6 +21,14 @@ void *af_xmalloc(size_t n)
     return p;
 }
 
+void *af_xaligned(size_t align, size_t n)
+{
+    void *p = NULL;
+    if (posix_memalign(&p, align, n ? n : 1))
+        oom(n);
+    return p;
+}
+
 void *af_xcalloc(size_t count, size_t size)
 {
     void *p = calloc(count ? count : 1, size ? size : 1);

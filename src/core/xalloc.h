@@ -14,6 +14,8 @@
 void *af_xmalloc(size_t n);
 void *af_xcalloc(size_t count, size_t size);
 void *af_xrealloc(void *p, size_t n);
+/* align: a power of two, a multiple of sizeof(void *). */
+void *af_xaligned(size_t align, size_t n);
 char *af_xstrdup(const char *s);            /* s may be NULL: returns NULL */
 char *af_xstrndup(const char *s, size_t n); /* copies at most n bytes, NUL-terminated */
 

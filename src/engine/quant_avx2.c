@@ -1,8 +1,9 @@
 /*
- * quant_avx2.c - AVX2 + FMA + F16C kernels: vec_dot for F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0,
- * Q5_1, Q4_K, Q5_K, Q6_K; prefill matmuls for Q8_0 / Q4_0 / Q5_0 on packed 4-row panels (4 rows
- * x 2 tokens register tiles, matmul_p32; the older 2 x 4 tile_32 is kept for very long rows)
- * and (1 row x 4 tokens, weights unpacked once per block) for Q4_K / Q5_K / Q6_K.
+ * quant_avx2.c - AVX2 + FMA + F16C kernels: vec_dot for Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K,
+ * Q5_K, Q6_K (the float types are in quant_avx2_float.c); prefill matmuls for Q8_0 / Q4_0 / Q5_0 on
+ * packed 4-row panels (4 rows x 2 tokens register tiles, matmul_p32; the older 2 x 4 tile_32 is
+ * kept for very long rows) and (1 row x 4 tokens, weights unpacked once per block) for Q4_K / Q5_K
+ * / Q6_K.
  *
  * Every function carries AF_TARGET_AVX2 (no per-file flags): the dispatcher only calls into this
  * file when __builtin_cpu_supports says the CPU has these extensions. Integer dots use the
@@ -85,74 +86,6 @@ AF_TARGET_AVX2 static inline __m256i unpack_q5_0(const struct blk_q5_0 *b)
     /* bytes where the high bit is 0 get -16 (0xF0 | q == q - 16) */
     const __m256i hi0 = _mm256_andnot_si256(bits_to_bytes(b->qh), _mm256_set1_epi8((char)0xF0));
     return _mm256_or_si256(q, hi0);
-}
-
-/* ---- float types ------------------------------------------------------------------------- */
-
-AF_TARGET_AVX2 static float dot_f32(int64_t n, const void *w, const void *x)
-{
-    const float *a = w, *b = x;
-    __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
-    int64_t i = 0;
-    for (; i + 32 <= n; i += 32) {
-        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
-        s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), s1);
-        s2 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 16), _mm256_loadu_ps(b + i + 16), s2);
-        s3 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 24), _mm256_loadu_ps(b + i + 24), s3);
-    }
-    for (; i + 8 <= n; i += 8)
-        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
-    float s = hsum8(_mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3)));
-    for (; i < n; i++)
-        s += a[i] * b[i];
-    return s;
-}
-
-AF_TARGET_AVX2 static inline __m256 load_f16(const uint16_t *p)
-{
-    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
-}
-
-AF_TARGET_AVX2 static inline __m256 load_bf16(const uint16_t *p)
-{
-    const __m256i v = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p));
-    return _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
-}
-
-AF_TARGET_AVX2 static float dot_f16(int64_t n, const void *w, const void *x)
-{
-    const uint16_t *a = w, *b = x;
-    __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
-    int64_t i = 0;
-    for (; i + 32 <= n; i += 32) {
-        s0 = _mm256_fmadd_ps(load_f16(a + i), load_f16(b + i), s0);
-        s1 = _mm256_fmadd_ps(load_f16(a + i + 8), load_f16(b + i + 8), s1);
-        s2 = _mm256_fmadd_ps(load_f16(a + i + 16), load_f16(b + i + 16), s2);
-        s3 = _mm256_fmadd_ps(load_f16(a + i + 24), load_f16(b + i + 24), s3);
-    }
-    for (; i + 8 <= n; i += 8)
-        s0 = _mm256_fmadd_ps(load_f16(a + i), load_f16(b + i), s0);
-    float s = hsum8(_mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3)));
-    for (; i < n; i++)
-        s += h2f(a[i]) * h2f(b[i]);
-    return s;
-}
-
-AF_TARGET_AVX2 static float dot_bf16(int64_t n, const void *w, const void *x)
-{
-    const uint16_t *a = w, *b = x;
-    __m256 s0 = _mm256_setzero_ps(), s1 = s0;
-    int64_t i = 0;
-    for (; i + 16 <= n; i += 16) {
-        s0 = _mm256_fmadd_ps(load_bf16(a + i), load_bf16(b + i), s0);
-        s1 = _mm256_fmadd_ps(load_bf16(a + i + 8), load_bf16(b + i + 8), s1);
-    }
-    for (; i + 8 <= n; i += 8)
-        s0 = _mm256_fmadd_ps(load_bf16(a + i), load_bf16(b + i), s0);
-    float s = hsum8(_mm256_add_ps(s0, s1));
-    for (; i < n; i++)
-        s += quant_bf16_to_f32(a[i]) * quant_bf16_to_f32(b[i]);
-    return s;
 }
 
 /* ---- 32-blocks against Q8_0 -------------------------------------------------------------- */
@@ -874,9 +807,9 @@ const struct quant_kernels quant_kernels_avx2 = {
     .axpy = axpy_avx2,
     .vec_dot =
         {
-            [GGML_TYPE_F32] = dot_f32,
-            [GGML_TYPE_F16] = dot_f16,
-            [GGML_TYPE_BF16] = dot_bf16,
+            [GGML_TYPE_F32] = quant_avx2_dot_f32,
+            [GGML_TYPE_F16] = quant_avx2_dot_f16,
+            [GGML_TYPE_BF16] = quant_avx2_dot_bf16,
             [GGML_TYPE_Q4_0] = dot_q4_0,
             [GGML_TYPE_Q4_1] = dot_q4_1,
             [GGML_TYPE_Q5_0] = dot_q5_0,
@@ -888,6 +821,8 @@ const struct quant_kernels quant_kernels_avx2 = {
         },
     .matmul =
         {
+            [GGML_TYPE_F32] = quant_avx2_matmul_f32,
+            [GGML_TYPE_F16] = quant_avx2_matmul_f16,
             [GGML_TYPE_Q4_0] = matmul_q4_0,
             [GGML_TYPE_Q5_0] = matmul_q5_0,
             [GGML_TYPE_Q8_0] = matmul_q8_0,

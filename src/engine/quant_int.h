@@ -89,6 +89,15 @@ extern const struct quant_kernels quant_kernels_ref;
 extern const struct quant_kernels quant_kernels_avx2;
 extern const struct quant_kernels quant_kernels_avx512;
 
+/* The AVX2 float kernels (quant_avx2_float.c), shared with quant_avx2.c's table. */
+float quant_avx2_dot_f32(int64_t n, const void *w, const void *x);
+float quant_avx2_dot_f16(int64_t n, const void *w, const void *x);
+float quant_avx2_dot_bf16(int64_t n, const void *w, const void *x);
+void quant_avx2_matmul_f32(const void *W, size_t wbytes, int64_t k, const void *X, size_t xbytes,
+                           int64_t m, float *out, int64_t ldo, int64_t r0, int64_t r1);
+void quant_avx2_matmul_f16(const void *W, size_t wbytes, int64_t k, const void *X, size_t xbytes,
+                           int64_t m, float *out, int64_t ldo, int64_t r0, int64_t r1);
+
 /* 1 when the CPU runs the ISA's kernels (quant_avx2.c / quant_avx512.c). */
 int quant_avx2_usable(void);
 int quant_avx512_usable(void);
