@@ -8,7 +8,7 @@
  * of non-embedding matmuls per token (2 * m64 GFLOP/s / 0.716), and "GB/s" the weight bytes
  * streamed per second at m = 1. Times are the thread's CPU time (robust on a shared machine).
  *
- *   build/release/bench/quant [--min-ms 300] [--isa ref|avx2|avx512] [--type Q4_0]
+ *   build/release/bench/quant [--min-ms 300] [--isa ref|avx2|avx512] [--type Q4_0] [-m 64]
  */
 #include <math.h>
 #include <stdint.h>
@@ -56,22 +56,25 @@ static double time_matmul(uint32_t t, const void *W, const void *X, int64_t m, f
     return el / 1000.0 / reps;
 }
 
+/* Prefill tokens (-m; the engine's prefill batches are up to 256). */
+static int n_pre = 64;
+
 static void bench_type(uint32_t t, const char *isa, const float *fw, const float *fx, double min_ms)
 {
     size_t wb = quant_row_bytes(t, K), xb = quant_row_bytes(quant_vec_dot_type(t), K);
-    uint8_t *W = malloc(wb * ROWS), *X = malloc(xb * 64);
-    float *out = malloc(sizeof(float) * ROWS * 64);
+    uint8_t *W = malloc(wb * ROWS), *X = malloc(xb * (size_t)n_pre);
+    float *out = malloc(sizeof(float) * ROWS * (size_t)n_pre);
     if (!W || !X || !out) {
         fprintf(stderr, "out of memory\n");
         exit(1);
     }
     for (int r = 0; r < ROWS; r++)
         quant_quantize_row(t, fw + (size_t)r * K, W + (size_t)r * wb, K);
-    for (int j = 0; j < 64; j++)
+    for (int j = 0; j < n_pre; j++)
         quant_prepare_act(t, fx + (size_t)j * K, X + (size_t)j * xb, K);
     double s1 = time_matmul(t, W, X, 1, out, min_ms);
-    double s64 = time_matmul(t, W, X, 64, out, min_ms);
-    double g1 = 2.0 * ROWS * K / s1 / 1e9, g64 = 2.0 * ROWS * K * 64 / s64 / 1e9;
+    double s64 = time_matmul(t, W, X, n_pre, out, min_ms);
+    double g1 = 2.0 * ROWS * K / s1 / 1e9, g64 = 2.0 * ROWS * K * n_pre / s64 / 1e9;
     printf("%-5s %-7s %9.2f %9.2f %9.2f %11.0f\n", quant_type_name(t), isa, g1,
            (double)(wb * ROWS) / s1 / 1e9, g64, 2.0 * g64 / GFLOP_PER_TOKEN);
     fflush(stdout);
@@ -91,16 +94,25 @@ int main(int argc, char **argv)
             only_isa = argv[i + 1];
         else if (!strcmp(argv[i], "--type"))
             only_type = argv[i + 1];
+        else if (!strcmp(argv[i], "-m") && atoi(argv[i + 1]) >= 2)
+            n_pre = atoi(argv[i + 1]);
+        else {
+            fprintf(stderr, "usage: bench/quant [--min-ms 300] [--isa ref|avx2|avx512] [--type "
+                            "Q4_0] [-m 64 (prefill tokens, 2+)]\n");
+            return 2;
+        }
     }
-    float *fw = malloc(sizeof(float) * ROWS * K), *fx = malloc(sizeof(float) * 64 * K);
+    float *fw = malloc(sizeof(float) * ROWS * K), *fx = malloc(sizeof(float) * (size_t)n_pre * K);
     if (!fw || !fx)
         return 1;
     for (size_t i = 0; i < (size_t)ROWS * K; i++)
         fw[i] = 0.02f * rng_gauss();
-    for (size_t i = 0; i < (size_t)64 * K; i++)
+    for (size_t i = 0; i < (size_t)n_pre * K; i++)
         fx[i] = rng_gauss();
     printf("quant_matmul, W %d x %d, 1 thread (auto ISA: %s)\n", ROWS, K, quant_isa());
-    printf("%-5s %-7s %9s %9s %9s %11s\n", "type", "isa", "GF/s m=1", "GB/s m=1", "GF/s m64",
+    char mcol[32];
+    snprintf(mcol, sizeof mcol, "GF/s m%d", n_pre);
+    printf("%-5s %-7s %9s %9s %9s %11s\n", "type", "isa", "GF/s m=1", "GB/s m=1", mcol,
            "tok/s 2thr");
     static const char *isas[] = {"ref", "avx2", "avx512"};
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {

@@ -502,6 +502,40 @@ static void test_prefill_tiles_32(void **state)
     assert_int_equal(quant_set_isa("auto"), 0);
 }
 
+/* The AVX2 K-quant prefill (1 row x 4 tokens, in token blocks that fit L2): the same bits
+ * whatever the batch size (2+) or token offset. k = 29 blocks of 256 makes blocks of 20
+ * tokens, so m = 45 crosses two block edges and leaves a partial tile. */
+static void test_prefill_tiles_k(void **state)
+{
+    (void)state;
+    if (quant_set_isa("avx2") != 0)
+        skip();
+    static const uint32_t types[] = {GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K};
+    const int64_t k = 29 * 256, rows = 3, m = 45;
+    struct rng r = {0x4b4b};
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+        const uint32_t t = types[ti];
+        float *fw = rand_vec(&r, rows * k, 0.05f), *fx = rand_vec(&r, m * k, 1.0f);
+        uint8_t *W = quantize_rows(t, fw, rows, k), *X = prepare_rows(t, fx, m, k);
+        const size_t xb = quant_row_bytes(quant_vec_dot_type(t), k);
+        float *full = malloc((size_t)(rows * m) * sizeof *full);
+        float *part = malloc((size_t)(rows * m) * sizeof *part);
+        quant_matmul(t, W, k, X, m, full, rows, 0, rows);
+        const int64_t cuts[] = {0, 2, 25, 45};
+        for (int c = 0; c < 3; c++)
+            quant_matmul(t, W, k, X + (size_t)cuts[c] * xb, cuts[c + 1] - cuts[c],
+                         part + cuts[c] * rows, rows, 0, rows);
+        assert_memory_equal(full, part, (size_t)(rows * m) * sizeof *full);
+        free(fw);
+        free(fx);
+        free(W);
+        free(X);
+        free(full);
+        free(part);
+    }
+    assert_int_equal(quant_set_isa("auto"), 0);
+}
+
 /* One FMA chain over k in order, from 0: what each output of the AVX2 F32 / F16 prefill
  * matmul must equal bit for bit. */
 static float fma_chain(uint32_t t, const void *w, const void *x, int64_t k)
@@ -598,7 +632,7 @@ int main(void)
         cmocka_unit_test(test_axpy_isas),          cmocka_unit_test(test_avx512_vs_ref),
         cmocka_unit_test(test_oracle_q8_0),        cmocka_unit_test(test_oracle_q4_0),
         cmocka_unit_test(test_oracle_kquants),     cmocka_unit_test(test_prefill_tiles_32),
-        cmocka_unit_test(test_prefill_gemm_float),
+        cmocka_unit_test(test_prefill_gemm_float), cmocka_unit_test(test_prefill_tiles_k),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
