@@ -538,20 +538,26 @@ static void test_prefill_tiles_k(void **state)
 
 /* One FMA chain over k in order, from 0: what each output of the AVX2 F32 / F16 prefill
  * matmul must equal bit for bit. */
+/* Element i of a row of F32, F16 or BF16. */
+static float elem_f32(uint32_t t, const void *row, int64_t i)
+{
+    if (t == GGML_TYPE_F16)
+        return quant_f16_to_f32(((const uint16_t *)row)[i]);
+    if (t == GGML_TYPE_BF16)
+        return quant_bf16_to_f32(((const uint16_t *)row)[i]);
+    return ((const float *)row)[i];
+}
+
 static float fma_chain(uint32_t t, const void *w, const void *x, int64_t k)
 {
     float s = 0.0f;
     for (int64_t i = 0; i < k; i++) {
-        const float a =
-            t == GGML_TYPE_F16 ? quant_f16_to_f32(((const uint16_t *)w)[i]) : ((const float *)w)[i];
-        const float b =
-            t == GGML_TYPE_F16 ? quant_f16_to_f32(((const uint16_t *)x)[i]) : ((const float *)x)[i];
-        s = fmaf(a, b, s);
+        s = fmaf(elem_f32(t, w, i), elem_f32(t, x, i), s);
     }
     return s;
 }
 
-/* The AVX2 F32 / F16 prefill matmuls (6 rows x 16 tokens, tokens in the lanes): every output
+/* The AVX2 F32 / F16 / BF16 prefill matmuls (6 rows x 16 tokens, tokens in the lanes): every output
  * equals the scalar FMA chain, so the bits do not depend on the batch size (2+), the token's
  * offset or the row split; decode (m = 1) is the dot. 23 rows leave partial row tiles and
  * m = 37 a partial token panel; k = 4867 is long and odd. */
@@ -560,11 +566,11 @@ static void test_prefill_gemm_float(void **state)
     (void)state;
     if (quant_set_isa("avx2") != 0)
         skip();
-    static const uint32_t types[] = {GGML_TYPE_F32, GGML_TYPE_F16};
+    static const uint32_t types[] = {GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_BF16};
     static const int64_t ks[] = {1, 8, 37, 179, 4867};
     const int64_t rows = 23, m = 37;
     struct rng r = {0xf10a7};
-    for (size_t ti = 0; ti < 2; ti++)
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++)
         for (size_t ki = 0; ki < sizeof ks / sizeof ks[0]; ki++) {
             const uint32_t t = types[ti];
             const int64_t k = ks[ki];

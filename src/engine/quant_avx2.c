@@ -840,6 +840,7 @@ const struct quant_kernels quant_kernels_avx2 = {
         {
             [GGML_TYPE_F32] = quant_avx2_matmul_f32,
             [GGML_TYPE_F16] = quant_avx2_matmul_f16,
+            [GGML_TYPE_BF16] = quant_avx2_matmul_bf16,
             [GGML_TYPE_Q4_0] = matmul_q4_0,
             [GGML_TYPE_Q5_0] = matmul_q5_0,
             [GGML_TYPE_Q8_0] = matmul_q8_0,

@@ -1,6 +1,6 @@
 /*
  * quant_avx2_float.c - AVX2 + FMA + F16C kernels of the float weight types: the F32 / F16 / BF16
- * dots (decode), and the F32 / F16 matmuls of prefill.
+ * dots (decode), and their matmuls of prefill.
  *
  * The prefill matmul holds 6 weight rows x 16 tokens in twelve registers, tokens in the lanes:
  * the tokens are packed once per call as [k][16] panels (F32), and each weight is broadcast
@@ -132,9 +132,26 @@ AF_TARGET_AVX2 static void f16_to_f32(const uint16_t *src, float *dst, int64_t n
         dst[i] = _cvtsh_ss(src[i]);
 }
 
+/* A row of n values of type t (F32, F16 or BF16) as F32 (exact). */
+AF_TARGET_AVX2 static void row_to_f32(uint32_t t, const void *src, float *dst, int64_t n)
+{
+    if (t == GGML_TYPE_F16) {
+        f16_to_f32(src, dst, n);
+    } else if (t == GGML_TYPE_BF16) {
+        const uint16_t *b = src;
+        int64_t i = 0;
+        for (; i + 8 <= n; i += 8)
+            _mm256_storeu_ps(dst + i, load_bf16(b + i));
+        for (; i < n; i++)
+            dst[i] = quant_bf16_to_f32(b[i]);
+    } else {
+        memcpy(dst, src, (size_t)n * sizeof *dst);
+    }
+}
+
 /* Packs tokens [j0, j0 + nt) (nt <= 16) of X into p[k][16] as F32, zero past nt. */
-AF_TARGET_AVX2 static void pack_panel(int f16, const char *X, size_t xbytes, int64_t k, int64_t j0,
-                                      int64_t nt, float *p)
+AF_TARGET_AVX2 static void pack_panel(uint32_t type, const char *X, size_t xbytes, int64_t k,
+                                      int64_t j0, int64_t nt, float *p)
 {
     float row[GEMM_T * 64];
     for (int64_t k0 = 0; k0 < k; k0 += 64) {
@@ -146,10 +163,7 @@ AF_TARGET_AVX2 static void pack_panel(int f16, const char *X, size_t xbytes, int
                 continue;
             }
             const char *x = X + (size_t)(j0 + t) * xbytes;
-            if (f16)
-                f16_to_f32((const uint16_t *)x + k0, d, kc);
-            else
-                memcpy(d, (const float *)x + k0, (size_t)kc * sizeof *d);
+            row_to_f32(type, x + (size_t)k0 * (type == GGML_TYPE_F32 ? 4 : 2), d, kc);
         }
         for (int64_t i = 0; i < kc; i++)
             for (int t = 0; t < GEMM_T; t++)
@@ -219,28 +233,29 @@ AF_TARGET_AVX2 static void row_block(const float *w, size_t ws, int64_t k, int64
     }
 }
 
-/* The prefill matmul of both types: tokens packed once, weight rows in blocks of about
- * ROW_BLOCK_BYTES (F16 rows converted to F32 a block at a time). */
-AF_TARGET_AVX2 static void gemm(int f16, const char *W, size_t wbytes, int64_t k, const char *X,
-                                size_t xbytes, int64_t m, float *out, int64_t ldo, int64_t r0,
-                                int64_t r1)
+/* The prefill matmul of F32, F16 and BF16 weights (activations of the same type): tokens
+ * packed once, weight rows in blocks of about ROW_BLOCK_BYTES (F16 / BF16 rows converted to
+ * F32 a block at a time). */
+AF_TARGET_AVX2 static void gemm(uint32_t type, const char *W, size_t wbytes, int64_t k,
+                                const char *X, size_t xbytes, int64_t m, float *out, int64_t ldo,
+                                int64_t r0, int64_t r1)
 {
     const int64_t np = (m + GEMM_T - 1) / GEMM_T;
     float *panels = af_xaligned(32, (size_t)np * (size_t)k * GEMM_T * sizeof(float));
     for (int64_t j0 = 0; j0 < m; j0 += GEMM_T)
-        pack_panel(f16, X, xbytes, k, j0, m - j0 < GEMM_T ? m - j0 : GEMM_T,
+        pack_panel(type, X, xbytes, k, j0, m - j0 < GEMM_T ? m - j0 : GEMM_T,
                    panels + (size_t)(j0 / GEMM_T) * (size_t)k * GEMM_T);
     int64_t rb = (int64_t)(ROW_BLOCK_BYTES / ((size_t)k * sizeof(float))) / GEMM_R * GEMM_R;
     rb = rb < GEMM_R ? GEMM_R : rb;
-    float *wf = f16 ? af_xmalloc((size_t)rb * (size_t)k * sizeof *wf) : NULL;
+    const int convert = type != GGML_TYPE_F32;
+    float *wf = convert ? af_xmalloc((size_t)rb * (size_t)k * sizeof *wf) : NULL;
     for (int64_t q0 = r0; q0 < r1; q0 += rb) {
         const int64_t nq = r1 - q0 < rb ? r1 - q0 : rb;
         const float *w = (const float *)(W + (size_t)q0 * wbytes);
         size_t ws = wbytes / sizeof(float);
-        if (f16) {
+        if (convert) {
             for (int64_t r = 0; r < nq; r++)
-                f16_to_f32((const uint16_t *)(W + (size_t)(q0 + r) * wbytes),
-                           wf + (size_t)r * (size_t)k, k);
+                row_to_f32(type, W + (size_t)(q0 + r) * wbytes, wf + (size_t)r * (size_t)k, k);
             w = wf;
             ws = (size_t)k;
         }
@@ -255,7 +270,7 @@ AF_TARGET_AVX2 void quant_avx2_matmul_f32(const void *W, size_t wbytes, int64_t 
                                           int64_t r0, int64_t r1)
 {
     if (m >= 2) {
-        gemm(0, W, wbytes, k, X, xbytes, m, out, ldo, r0, r1);
+        gemm(GGML_TYPE_F32, W, wbytes, k, X, xbytes, m, out, ldo, r0, r1);
         return;
     }
     for (int64_t r = r0; r < r1; r++)
@@ -268,7 +283,7 @@ AF_TARGET_AVX2 void quant_avx2_matmul_f16(const void *W, size_t wbytes, int64_t 
                                           int64_t r0, int64_t r1)
 {
     if (m >= 2) {
-        gemm(1, W, wbytes, k, X, xbytes, m, out, ldo, r0, r1);
+        gemm(GGML_TYPE_F16, W, wbytes, k, X, xbytes, m, out, ldo, r0, r1);
         return;
     }
     float *xf = af_xmalloc((size_t)k * sizeof *xf);
@@ -276,6 +291,18 @@ AF_TARGET_AVX2 void quant_avx2_matmul_f16(const void *W, size_t wbytes, int64_t 
     for (int64_t r = r0; r < r1; r++)
         out[r] = dot_wx(1, k, (const char *)W + (size_t)r * wbytes, xf);
     free(xf);
+}
+
+AF_TARGET_AVX2 void quant_avx2_matmul_bf16(const void *W, size_t wbytes, int64_t k, const void *X,
+                                           size_t xbytes, int64_t m, float *out, int64_t ldo,
+                                           int64_t r0, int64_t r1)
+{
+    if (m >= 2) {
+        gemm(GGML_TYPE_BF16, W, wbytes, k, X, xbytes, m, out, ldo, r0, r1);
+        return;
+    }
+    for (int64_t r = r0; r < r1; r++)
+        out[r] = quant_avx2_dot_bf16(k, (const char *)W + (size_t)r * wbytes, X);
 }
 
 #endif

@@ -97,6 +97,8 @@ void quant_avx2_matmul_f32(const void *W, size_t wbytes, int64_t k, const void *
                            int64_t m, float *out, int64_t ldo, int64_t r0, int64_t r1);
 void quant_avx2_matmul_f16(const void *W, size_t wbytes, int64_t k, const void *X, size_t xbytes,
                            int64_t m, float *out, int64_t ldo, int64_t r0, int64_t r1);
+void quant_avx2_matmul_bf16(const void *W, size_t wbytes, int64_t k, const void *X, size_t xbytes,
+                            int64_t m, float *out, int64_t ldo, int64_t r0, int64_t r1);
 
 /* 1 when the CPU runs the ISA's kernels (quant_avx2.c / quant_avx512.c). */
 int quant_avx2_usable(void);
