@@ -458,6 +458,27 @@ static float dot_ggml_order(uint32_t t, int64_t k, const uint8_t *w, const uint8
     return ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]));
 }
 
+/* quant_matmul of m tokens x `rows` rows at once, then again in the token batches
+ * cuts[0..3] with the rows split at rsplit: the two must have the same bits. Returns the
+ * one-call result [m][rows] (caller frees). */
+static float *matmul_split_equal(uint32_t t, const uint8_t *W, const uint8_t *X, int64_t k,
+                                 int64_t rows, int64_t m, const int64_t cuts[4], int64_t rsplit)
+{
+    const size_t xb = quant_row_bytes(quant_vec_dot_type(t), k);
+    float *full = malloc((size_t)(rows * m) * sizeof *full);
+    float *part = malloc((size_t)(rows * m) * sizeof *part);
+    assert_non_null(full);
+    assert_non_null(part);
+    quant_matmul(t, W, k, X, m, full, rows, 0, rows);
+    for (int c = 0; c < 3; c++)
+        for (int h = 0; h < 2; h++)
+            quant_matmul(t, W, k, X + (size_t)cuts[c] * xb, cuts[c + 1] - cuts[c],
+                         part + cuts[c] * rows, rows, h ? rsplit : 0, h ? rows : rsplit);
+    assert_memory_equal(full, part, (size_t)(rows * m) * sizeof *full);
+    free(part);
+    return full;
+}
+
 /* The AVX2 prefill matmul of the 32-blocks: bit-equal to the twin above (Q8_0, Q4_0), and for
  * every type the same bits whatever the batch size (2+), token offset or row split. k = 130
  * blocks crosses the k-chunk boundary, m = 67 the token-chunk one, 7 rows the row tiles. */
@@ -474,16 +495,9 @@ static void test_prefill_tiles_32(void **state)
         float *fw = rand_vec(&r, rows * k, 0.05f), *fx = rand_vec(&r, m * k, 1.0f);
         uint8_t *W = quantize_rows(t, fw, rows, k), *X = prepare_rows(t, fx, m, k);
         const size_t xb = quant_row_bytes(GGML_TYPE_Q8_0, k);
-        float *full = malloc((size_t)(rows * m) * sizeof *full);
-        float *part = malloc((size_t)(rows * m) * sizeof *part);
-        quant_matmul(t, W, k, X, m, full, rows, 0, rows);
         /* tokens in batches of 2, 3 and 62; rows split 0..3 / 3..7 */
-        const int64_t cuts[] = {0, 2, 5, 67};
-        for (int c = 0; c < 3; c++)
-            for (int h = 0; h < 2; h++)
-                quant_matmul(t, W, k, X + (size_t)cuts[c] * xb, cuts[c + 1] - cuts[c],
-                             part + cuts[c] * rows, rows, h ? 3 : 0, h ? rows : 3);
-        assert_memory_equal(full, part, (size_t)(rows * m) * sizeof *full);
+        static const int64_t cuts[] = {0, 2, 5, 67};
+        float *full = matmul_split_equal(t, W, X, k, rows, m, cuts, 3);
         for (int64_t j = 0; j < m && t != GGML_TYPE_Q5_0; j++)
             for (int64_t i = 0; i < rows; i++) {
                 float want =
@@ -497,7 +511,6 @@ static void test_prefill_tiles_32(void **state)
         free(W);
         free(X);
         free(full);
-        free(part);
     }
     assert_int_equal(quant_set_isa("auto"), 0);
 }
@@ -517,21 +530,13 @@ static void test_prefill_tiles_k(void **state)
         const uint32_t t = types[ti];
         float *fw = rand_vec(&r, rows * k, 0.05f), *fx = rand_vec(&r, m * k, 1.0f);
         uint8_t *W = quantize_rows(t, fw, rows, k), *X = prepare_rows(t, fx, m, k);
-        const size_t xb = quant_row_bytes(quant_vec_dot_type(t), k);
-        float *full = malloc((size_t)(rows * m) * sizeof *full);
-        float *part = malloc((size_t)(rows * m) * sizeof *part);
-        quant_matmul(t, W, k, X, m, full, rows, 0, rows);
-        const int64_t cuts[] = {0, 2, 25, 45};
-        for (int c = 0; c < 3; c++)
-            quant_matmul(t, W, k, X + (size_t)cuts[c] * xb, cuts[c + 1] - cuts[c],
-                         part + cuts[c] * rows, rows, 0, rows);
-        assert_memory_equal(full, part, (size_t)(rows * m) * sizeof *full);
+        static const int64_t cuts[] = {0, 2, 25, 45};
+        float *full = matmul_split_equal(t, W, X, k, rows, m, cuts, 1);
         free(fw);
         free(fx);
         free(W);
         free(X);
         free(full);
-        free(part);
     }
     assert_int_equal(quant_set_isa("auto"), 0);
 }
@@ -577,16 +582,10 @@ static void test_prefill_gemm_float(void **state)
             float *fw = rand_vec(&r, rows * k, 0.05f), *fx = rand_vec(&r, m * k, 1.0f);
             uint8_t *W = quantize_rows(t, fw, rows, k), *X = prepare_rows(t, fx, m, k);
             const size_t wb = quant_row_bytes(t, k), xb = quant_row_bytes(t, k);
-            float *full = malloc((size_t)(rows * m) * sizeof *full);
-            float *part = malloc((size_t)(rows * m) * sizeof *part);
-            quant_matmul(t, W, k, X, m, full, rows, 0, rows);
             /* tokens in batches of 2, 17 and 18; rows split 0..7 / 7..23 */
-            const int64_t cuts[] = {0, 2, 19, 37};
-            for (int c = 0; c < 3; c++)
-                for (int h = 0; h < 2; h++)
-                    quant_matmul(t, W, k, X + (size_t)cuts[c] * xb, cuts[c + 1] - cuts[c],
-                                 part + cuts[c] * rows, rows, h ? 7 : 0, h ? rows : 7);
-            assert_memory_equal(full, part, (size_t)(rows * m) * sizeof *full);
+            static const int64_t cuts[] = {0, 2, 19, 37};
+            float *full = matmul_split_equal(t, W, X, k, rows, m, cuts, 7);
+            float part[23]; /* rows */
             for (int64_t j = 0; j < m; j++)
                 for (int64_t i = 0; i < rows; i++) {
                     const float want = fma_chain(t, W + (size_t)i * wb, X + (size_t)j * xb, k);
@@ -606,7 +605,6 @@ static void test_prefill_gemm_float(void **state)
             free(W);
             free(X);
             free(full);
-            free(part);
         }
     assert_int_equal(quant_set_isa("auto"), 0);
 }

@@ -292,44 +292,49 @@ AF_TARGET_AVX2 static void gemm(uint32_t type, const char *W, size_t wbytes, int
     free(panels);
 }
 
+/* Prefill through gemm; decode through the dots (F16: against the token converted to F32
+ * once, the same bits as quant_avx2_dot_f16). */
+AF_TARGET_AVX2 static void matmul_float(uint32_t type, const void *W, size_t wbytes, int64_t k,
+                                        const void *X, size_t xbytes, int64_t m, float *out,
+                                        int64_t ldo, int64_t r0, int64_t r1)
+{
+    if (m >= 2) {
+        gemm(type, W, wbytes, k, X, xbytes, m, out, ldo, r0, r1);
+        return;
+    }
+    float *xf = NULL;
+    if (type == GGML_TYPE_F16) {
+        xf = af_xmalloc((size_t)k * sizeof *xf);
+        f16_to_f32(X, xf, k);
+    }
+    for (int64_t r = r0; r < r1; r++) {
+        const char *w = (const char *)W + (size_t)r * wbytes;
+        out[r] = type == GGML_TYPE_BF16 ? quant_avx2_dot_bf16(k, w, X)
+                 : xf                   ? dot_wx(1, k, w, xf)
+                                        : dot_wx(0, k, w, X);
+    }
+    free(xf);
+}
+
 AF_TARGET_AVX2 void quant_avx2_matmul_f32(const void *W, size_t wbytes, int64_t k, const void *X,
                                           size_t xbytes, int64_t m, float *out, int64_t ldo,
                                           int64_t r0, int64_t r1)
 {
-    if (m >= 2) {
-        gemm(GGML_TYPE_F32, W, wbytes, k, X, xbytes, m, out, ldo, r0, r1);
-        return;
-    }
-    for (int64_t r = r0; r < r1; r++)
-        out[r] = dot_wx(0, k, (const char *)W + (size_t)r * wbytes, X);
+    matmul_float(GGML_TYPE_F32, W, wbytes, k, X, xbytes, m, out, ldo, r0, r1);
 }
 
-/* Decode dots against the token converted to F32 once (the same bits as quant_avx2_dot_f16). */
 AF_TARGET_AVX2 void quant_avx2_matmul_f16(const void *W, size_t wbytes, int64_t k, const void *X,
                                           size_t xbytes, int64_t m, float *out, int64_t ldo,
                                           int64_t r0, int64_t r1)
 {
-    if (m >= 2) {
-        gemm(GGML_TYPE_F16, W, wbytes, k, X, xbytes, m, out, ldo, r0, r1);
-        return;
-    }
-    float *xf = af_xmalloc((size_t)k * sizeof *xf);
-    f16_to_f32(X, xf, k);
-    for (int64_t r = r0; r < r1; r++)
-        out[r] = dot_wx(1, k, (const char *)W + (size_t)r * wbytes, xf);
-    free(xf);
+    matmul_float(GGML_TYPE_F16, W, wbytes, k, X, xbytes, m, out, ldo, r0, r1);
 }
 
 AF_TARGET_AVX2 void quant_avx2_matmul_bf16(const void *W, size_t wbytes, int64_t k, const void *X,
                                            size_t xbytes, int64_t m, float *out, int64_t ldo,
                                            int64_t r0, int64_t r1)
 {
-    if (m >= 2) {
-        gemm(GGML_TYPE_BF16, W, wbytes, k, X, xbytes, m, out, ldo, r0, r1);
-        return;
-    }
-    for (int64_t r = r0; r < r1; r++)
-        out[r] = quant_avx2_dot_bf16(k, (const char *)W + (size_t)r * wbytes, X);
+    matmul_float(GGML_TYPE_BF16, W, wbytes, k, X, xbytes, m, out, ldo, r0, r1);
 }
 
 #endif
