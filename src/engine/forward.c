@@ -207,13 +207,9 @@ static void matmul(struct fwd_ctx *c, const struct weight *w, const float *x, in
         for (int64_t j = 0; j < nb; j++)
             quant_prepare_act(w->type, x + j * w->n_in, qb + (size_t)j * rb, w->n_in);
         /* Contiguous row ranges, 16-row aligned, taken by whichever thread is free: a thread
-         * the VM's host pauses no longer holds the other up at the barrier. The float types'
-         * prefill packs the tokens once per call, so there each thread takes one range. No
-         * kernel's bits depend on the split. */
-        const int n = omp_get_num_threads();
-        const int float_pack = nb >= 2 && (w->type == GGML_TYPE_F32 || w->type == GGML_TYPE_F16 ||
-                                           w->type == GGML_TYPE_BF16);
-        const int64_t n_chunks = float_pack ? n : 4 * (int64_t)n;
+         * the VM's host pauses no longer holds the other up at the barrier. */
+        const int64_t n_chunks =
+            (int64_t)omp_get_num_threads() * quant_matmul_ranges_per_thread(w->type, nb);
         int64_t per = (w->n_out + n_chunks - 1) / n_chunks;
         per = (per + 15) / 16 * 16;
 #pragma omp for schedule(dynamic, 1)

@@ -79,6 +79,11 @@ float quant_vec_dot(uint32_t t, int64_t n, const void *w, const void *x);
 void quant_matmul(uint32_t t, const void *W, int64_t k, const void *X, int64_t m, float *out,
                   int64_t ldo, int64_t r0, int64_t r1);
 
+/* Row ranges per thread a caller should split a matmul of m tokens into, for threads to take
+ * as they come free: 1 where the kernel packs the tokens once per call (float types'
+ * prefill: more calls would repack them), else 4. No kernel's bits depend on the split. */
+int quant_matmul_ranges_per_thread(uint32_t t, int64_t m);
+
 /* y[i] += a * x[i] (multiply, then add: the same rounding on every ISA). Attention's inner
  * loops. */
 void quant_axpy(int64_t n, float a, const float *x, float *y);
