@@ -179,6 +179,10 @@ int main(int argc, char **argv)
         printf("build: %zu passages, %.1f MB input, %.1f MB index, %.1f s, %.0f passages/s\n",
                st.n_passages, (double)st.bytes_total / 1e6, db_mb, st.build_ms / 1000.0,
                (double)st.n_passages / (st.build_ms / 1000.0));
+        printf("build phases: load %.1f s, commit+optimize+terms %.1f s, common %.1f s, "
+               "gather %.1f s\n",
+               st.load_ms / 1000.0, st.finish_ms / 1000.0, st.common_ms / 1000.0,
+               st.gather_ms / 1000.0);
     }
 
     struct wiki_index *ix = NULL;

@@ -549,6 +549,12 @@ static void test_shards_equal_one_table(void **state)
         if (sqlite3_exec(raw, sql, NULL, NULL, &msg) != SQLITE_OK)
             fail_msg("shard %d: %s", i, msg ? msg : "?");
     }
+    /* Built with 32 KiB pages (fewer page writes at commit and in the gather). */
+    sqlite3_stmt *pg = NULL;
+    assert_int_equal(sqlite3_prepare_v2(raw, "PRAGMA page_size", -1, &pg, NULL), SQLITE_OK);
+    assert_int_equal(sqlite3_step(pg), SQLITE_ROW);
+    assert_int_equal(sqlite3_column_int(pg, 0), 32768);
+    sqlite3_finalize(pg);
     sqlite3_close(raw);
 
     struct wiki_index *i1 = NULL, *i3 = NULL;

@@ -34,6 +34,10 @@
 #define READ_CHUNK (1u << 20)
 #define BATCH_BYTES ((size_t)1 << 20) /* a hand-off batch holds at most this much text... */
 #define AUTO_SHARDS_MAX 4             /* ...and shards = online CPUs, at most this many */
+/* 32 KiB pages instead of 4 KiB: an eighth of the page reads and writes (syscalls) for the
+ * segment flush at commit and for copying the shards into one file; 1M passages: gather
+ * 2.6-3.9 s -> 1.3-1.7 s, commit+terms 3.6-5.3 s -> 2.7-3.0 s, index 4% smaller. */
+#define PAGE_SIZE "32768"
 
 /* SQLite's allocation statistics take one process-wide mutex on every malloc and free, which
  * made the shard threads queue on it (2 threads: 6.3 s instead of 4.3 s for 200k passages).
@@ -248,7 +252,8 @@ static int shard_open(struct shard *s, int n_shards)
         hash = 64 << 20;
     char sql[1024];
     snprintf(sql, sizeof sql,
-             "PRAGMA journal_mode=OFF; PRAGMA synchronous=OFF; PRAGMA cache_size=-131072; "
+             "PRAGMA page_size=" PAGE_SIZE
+             "; PRAGMA journal_mode=OFF; PRAGMA synchronous=OFF; PRAGMA cache_size=-131072; "
              "PRAGMA temp_store=MEMORY; "
              "CREATE VIRTUAL TABLE \"%s\" USING fts5(" WIKI_FTS_ARGS ");"
              /* No incremental merging while loading; 'optimize' merges once. */
@@ -738,9 +743,12 @@ static int build_finish(struct build *b, const char *db_path, char *err, size_t 
     for (int i = 0; i < b->n_shards; i++)
         n_total += (long long)b->sh[i].n_rows;
     b->cand_thr = n_total / COMMON_KEEP_DIV / b->n_shards;
+    double t0 = af_clock_ms();
     int rc = run_shards(b, shard_finish);
+    double t1 = af_clock_ms();
     if (!rc)
         rc = build_common(b, n_total);
+    double t2 = af_clock_ms();
     for (int i = 1; i < b->n_shards; i++)
         shard_close(&b->sh[i]);
     for (int i = 1; !rc && i < b->n_shards; i++) {
@@ -748,6 +756,9 @@ static int build_finish(struct build *b, const char *db_path, char *err, size_t 
         if (!rc)
             unlink(b->sh[i].path);
     }
+    b->st->finish_ms = t1 - t0;
+    b->st->common_ms = t2 - t1;
+    b->st->gather_ms = af_clock_ms() - t2;
     struct shard *s0 = &b->sh[0];
     if (!rc) {
         sqlite3_finalize(s0->vocab_q);
@@ -833,8 +844,10 @@ int wiki_index_build(const char *in_path, const char *db_path, const struct wiki
     for (int i = 0; i < b->n_shards && !rc; i++)
         if ((rc = shard_open(&b->sh[i], b->n_shards)) != AF_OK)
             af_errf(err, errlen, "%s", b->sh[i].err);
+    double t_load = af_clock_ms();
     if (!rc)
         rc = build_load(b, gz, err, errlen);
+    st->load_ms = af_clock_ms() - t_load;
     for (int i = 0; i < b->n_shards; i++) {
         st->n_passages += b->sh[i].n_rows;
         st->n_skipped += b->sh[i].n_skipped;

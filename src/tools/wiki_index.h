@@ -57,6 +57,9 @@ struct wiki_build_stats {
     size_t n_lines;     /* input lines read, header and blank ones included */
     size_t bytes_total; /* input file size as stored */
     double build_ms;    /* wall time of the whole build, optimize included */
+    /* Its phases: reading and inserting; commit, optimize and frequent-term listing (shards in
+     * parallel); writing the frequent-term table; copying the other shards into one file. */
+    double load_ms, finish_ms, common_ms, gather_ms;
 };
 
 struct wiki_build_params wiki_build_default_params(void);
