@@ -33,8 +33,9 @@
 
 static int g_bwrap;
 
-/* Number of live (non-zombie) processes whose command line contains marker. */
-static int count_marked(const char *marker)
+/* Number of live (non-zombie) processes whose command line contains marker (and, with
+ * argv0 set, whose first argument is argv0). */
+static int count_marked_argv0(const char *marker, const char *argv0)
 {
     DIR *d = opendir("/proc");
     int n = 0;
@@ -59,7 +60,8 @@ static int count_marked(const char *marker)
             continue;
         r = read(fd, buf, sizeof buf);
         close(fd);
-        if (r > 0 && memmem(buf, (size_t)r, marker, strlen(marker)))
+        if (r > 0 && memmem(buf, (size_t)r, marker, strlen(marker)) &&
+            (!argv0 || strncmp(buf, argv0, (size_t)r) == 0))
             n++;
     }
     if (d)
@@ -67,11 +69,23 @@ static int count_marked(const char *marker)
     return n;
 }
 
+static int count_marked(const char *marker)
+{
+    return count_marked_argv0(marker, NULL);
+}
+
 static void assert_none_left(const char *marker)
 {
     double deadline = af_clock_ms() + 10000;
     while (count_marked(marker) > 0 && af_clock_ms() < deadline)
         af_clock_sleep_ms(20);
+    if (count_marked(marker) > 0) {
+        char cmd[256];
+        snprintf(cmd, sizeof cmd, "ps -eo pid,ppid,pgid,stat,user,etime,args | grep -a '%s' >&2",
+                 marker);
+        if (system(cmd) < 0)
+            fprintf(stderr, "cannot run ps\n");
+    }
     assert_int_equal(count_marked(marker), 0);
 }
 
@@ -257,35 +271,49 @@ static void test_bwrap_setsid_escape(void **state)
 }
 
 /* The CLI is killed with SIGKILL while its sandboxed code runs: the code dies too. */
+/* SIGKILL to the CLI while the sandbox is being set up (right after the first fork: a bwrap
+ * killed then used to leave its inner process behind) and while the code runs: nothing with
+ * the marker is left, in either mode. */
 static void test_parent_killed(void **state)
 {
     (void)state;
     for (int mode = 0; mode < 2; mode++) {
         if (mode == 1 && !g_bwrap)
             continue;
-        const char *marker = mode ? "marker-parent-bwrap" : "marker-parent-rlimits";
-        char args[256];
-        snprintf(args, sizeof args, "{\"code\": \"# %s\\nimport time\\ntime.sleep(60)\"}", marker);
-        const char *argv[] = {proc_agentflow_bin(),
-                              "tool",
-                              "call",
-                              "Python_Code_Generator_Tool",
-                              "--args",
-                              args,
-                              NULL};
-        if (mode == 0)
-            setenv("AGENTFLOW_SANDBOX", "rlimits", 1);
-        pid_t pid = proc_spawn(argv);
-        unsetenv("AGENTFLOW_SANDBOX");
-        assert_true(pid > 0);
-        double deadline = af_clock_ms() + 30000;
-        /* The CLI itself carries the marker in its argv: wait for the sandboxed process too. */
-        while (count_marked(marker) < (mode ? 3 : 2) && af_clock_ms() < deadline)
-            af_clock_sleep_ms(20);
-        assert_true(count_marked(marker) >= 2);
-        kill(pid, SIGKILL);
-        waitpid(pid, NULL, 0);
-        assert_none_left(marker);
+        for (int running = 0; running < 2; running++) {
+            char marker[64], args[256];
+            snprintf(marker, sizeof marker, "marker-parent-%s-%s", mode ? "bwrap" : "rlimits",
+                     running ? "running" : "setup");
+            snprintf(args, sizeof args, "{\"code\": \"# %s\\nimport time\\ntime.sleep(60)\"}",
+                     marker);
+            const char *argv[] = {proc_agentflow_bin(),
+                                  "tool",
+                                  "call",
+                                  "Python_Code_Generator_Tool",
+                                  "--args",
+                                  args,
+                                  NULL};
+            if (mode == 0)
+                setenv("AGENTFLOW_SANDBOX", "rlimits", 1);
+            pid_t pid = proc_spawn(argv);
+            unsetenv("AGENTFLOW_SANDBOX");
+            assert_true(pid > 0);
+            double deadline = af_clock_ms() + 30000;
+            /* The CLI and its forks carry the marker in their argv too. */
+            if (running) {
+                while (count_marked_argv0(marker, "/usr/bin/python3") < 1 &&
+                       af_clock_ms() < deadline)
+                    af_clock_sleep_ms(20);
+                assert_int_equal(count_marked_argv0(marker, "/usr/bin/python3"), 1);
+            } else {
+                while (count_marked(marker) < 2 && af_clock_ms() < deadline)
+                    af_clock_sleep_ms(1);
+                assert_true(count_marked(marker) >= 2);
+            }
+            kill(pid, SIGKILL);
+            waitpid(pid, NULL, 0);
+            assert_none_left(marker);
+        }
     }
 }
 

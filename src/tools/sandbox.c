@@ -20,6 +20,7 @@
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "core/clock.h"
@@ -253,18 +254,157 @@ static int pump(int out_fd, int err_fd, struct capture *co, struct capture *ce, 
     return 0;
 }
 
-static int wait_child(pid_t pid, double deadline, int *status)
+/* ---- The supervisor ------------------------------------------------------------------------
+ * The parent does not fork the sandbox itself but a supervisor, which forks it and stays. The
+ * supervisor is a child subreaper (PR_SET_CHILD_SUBREAPER), so whatever the sandbox leaves
+ * behind (bwrap's inner process when the outer one dies early, a child that called setsid)
+ * is reparented to it rather than to init. It watches a lifeline pipe that only the parent
+ * can write: EOF, whether the parent closed it or was killed (SIGKILL included), means kill
+ * every descendant, reap them all and exit. bwrap's --die-with-parent alone left processes
+ * behind when the parent was killed while bwrap was still setting up. The supervisor is a
+ * fork of a possibly threaded process, so it makes async-signal-safe calls only. */
+
+/* Kills every child listed in /proc/self/task/SELF/children. Returns how many it saw. */
+static int kill_children(const char *children_path)
+{
+    int fd = open(children_path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    char buf[4096];
+    int n = 0;
+    ssize_t r;
+    long v = -1;
+    while ((r = read(fd, buf, sizeof buf)) > 0)
+        for (ssize_t i = 0; i < r; i++) {
+            if (buf[i] >= '0' && buf[i] <= '9') {
+                v = (v < 0 ? 0 : v * 10) + (buf[i] - '0');
+            } else if (v > 0) {
+                kill((pid_t)v, SIGKILL);
+                n++;
+                v = -1;
+            }
+        }
+    if (v > 0) {
+        kill((pid_t)v, SIGKILL);
+        n++;
+    }
+    close(fd);
+    return n;
+}
+
+static void write_all(int fd, const void *p, size_t n)
+{
+    const char *c = p;
+    while (n > 0) {
+        ssize_t w = write(fd, c, n);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return;
+        c += w;
+        n -= (size_t)w;
+    }
+}
+
+/* Reaps what has exited; the sandbox's own wait status goes to status_fd (once). Returns 1
+ * when no child is left. */
+static int reap(pid_t sandbox, int status_fd, int *reported)
 {
     for (;;) {
-        pid_t w = waitpid(pid, status, WNOHANG);
-        if (w == pid)
+        int st = 0;
+        pid_t w = waitpid(-1, &st, WNOHANG);
+        if (w == 0)
             return 0;
-        if (w < 0 && errno != EINTR)
-            return 0;
-        if (af_clock_ms() > deadline)
-            return 1;
-        af_clock_sleep_ms(2);
+        if (w < 0)
+            return errno == ECHILD;
+        if (w == sandbox && !*reported) {
+            write_all(status_fd, &st, sizeof st);
+            *reported = 1;
+        }
     }
+}
+
+static void supervisor(const struct sandbox_params *p, char *const argv[], char *const envp[],
+                       const char *cwd, int out_fd, int err_fd, int null_fd, int life_fd,
+                       int status_fd, pid_t parent)
+{
+    setpgid(0, 0);
+    signal(SIGPIPE, SIG_IGN); /* the parent may be gone when the status is written */
+    prctl(PR_SET_CHILD_SUBREAPER, 1);
+    if (getppid() != parent)
+        _exit(126);
+    pid_t self = getpid(), sandbox = fork();
+    if (sandbox == 0)
+        child(p, argv, envp, cwd, out_fd, err_fd, null_fd, self);
+    /* Only the sandbox writes the output pipes: the parent's reads end when it is done. */
+    close(out_fd);
+    close(err_fd);
+    close(null_fd);
+    if (sandbox < 0) {
+        int st = 127 << 8; /* reported as exit 127, as a failed exec would be */
+        write_all(status_fd, &st, sizeof st);
+        _exit(1);
+    }
+    char children[64];
+    /* snprintf is not async-signal-safe: the path by hand. */
+    char digits[24];
+    int nd = 0;
+    for (long v = (long)self; v > 0 && nd < (int)sizeof digits; v /= 10)
+        digits[nd++] = (char)('0' + v % 10);
+    static const char pre[] = "/proc/self/task/", post[] = "/children";
+    size_t o = 0;
+    memcpy(children + o, pre, sizeof pre - 1);
+    o += sizeof pre - 1;
+    while (nd > 0)
+        children[o++] = digits[--nd];
+    memcpy(children + o, post, sizeof post);
+    int reported = 0;
+    struct pollfd pf = {life_fd, POLLIN, 0};
+    for (;;) { /* until the lifeline ends; the sandbox may exit well before */
+        if (poll(&pf, 1, 10) > 0) {
+            char b;
+            ssize_t r = read(life_fd, &b, 1);
+            if (r == 0 || (r < 0 && errno != EINTR && errno != EAGAIN))
+                break;
+        }
+        (void)reap(sandbox, status_fd, &reported);
+    }
+    kill(-sandbox, SIGKILL);
+    for (;;) {
+        if (reap(sandbox, status_fd, &reported))
+            break;
+        if (kill_children(children) == 0) {
+            struct timespec ts = {0, 2000000};
+            nanosleep(&ts, NULL);
+        }
+    }
+    _exit(0);
+}
+
+/* The sandbox's wait status from the supervisor, by the deadline. Returns 1 on time-out. */
+static int read_status(int fd, double deadline, int *status, int *got)
+{
+    size_t have = 0;
+    int st = 0;
+    while (have < sizeof st) {
+        double left = deadline - af_clock_ms();
+        if (left <= 0)
+            return 1;
+        struct pollfd pf = {fd, POLLIN, 0};
+        int n = poll(&pf, 1, (int)(left < 100 ? left + 1 : 100));
+        if (n < 0 && errno != EINTR)
+            return 0;
+        if (n <= 0)
+            continue;
+        ssize_t r = read(fd, (char *)&st + have, sizeof st - have);
+        if (r == 0 || (r < 0 && errno != EINTR))
+            return 0; /* the supervisor ended without a status */
+        if (r > 0)
+            have += (size_t)r;
+    }
+    *status = st;
+    *got = 1;
+    return 0;
 }
 
 struct launch {
@@ -327,9 +467,10 @@ static int run_once(const char *code, const struct sandbox_params *p, int use_bw
     }
     struct launch l;
     int rc = prepare(&l, code, p, use_bwrap, err, errlen);
-    int out_p[2] = {-1, -1}, err_p[2] = {-1, -1};
+    int out_p[2] = {-1, -1}, err_p[2] = {-1, -1}, life_p[2] = {-1, -1}, st_p[2] = {-1, -1};
     int null_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
-    if (rc == AF_OK && (null_fd < 0 || pipe2(out_p, O_CLOEXEC) || pipe2(err_p, O_CLOEXEC))) {
+    if (rc == AF_OK && (null_fd < 0 || pipe2(out_p, O_CLOEXEC) || pipe2(err_p, O_CLOEXEC) ||
+                        pipe2(life_p, O_CLOEXEC) || pipe2(st_p, O_CLOEXEC))) {
         af_errf(err, errlen, "sandbox: cannot create pipes: %s", strerror(errno));
         rc = AF_EIO;
     }
@@ -340,40 +481,62 @@ static int run_once(const char *code, const struct sandbox_params *p, int use_bw
         rc = AF_EIO;
     }
     if (pid == 0) {
+        /* The supervisor keeps the lifeline's read end and the status pipe's write end. */
+        close(life_p[1]);
+        close(st_p[0]);
+        close(out_p[0]);
+        close(err_p[0]);
         /* bwrap builds the sandbox's environment itself (--clearenv, --setenv). */
         static char *const no_env[] = {NULL};
-        child(p, (char *const *)(uintptr_t)l.a.v, use_bwrap ? no_env : l.envp, l.tmpdir, out_p[1],
-              err_p[1], null_fd, parent);
+        supervisor(p, (char *const *)(uintptr_t)l.a.v, use_bwrap ? no_env : l.envp, l.tmpdir,
+                   out_p[1], err_p[1], null_fd, life_p[0], st_p[1], parent);
     }
     if (rc == AF_OK) {
         setpgid(pid, pid);
         close(out_p[1]);
         close(err_p[1]);
-        out_p[1] = err_p[1] = -1;
+        close(life_p[0]);
+        close(st_p[1]);
+        out_p[1] = err_p[1] = life_p[0] = st_p[1] = -1;
         double t0 = af_clock_ms(), deadline = t0 + p->timeout_s * 1000.0;
         struct capture co, ce;
         capture_init(&co, p->output_bytes);
         capture_init(&ce, p->output_bytes);
         r->timed_out = pump(out_p[0], err_p[0], &co, &ce, deadline);
-        int status = 0;
+        int status = 0, got = 0;
         if (!r->timed_out)
-            r->timed_out = wait_child(pid, deadline, &status);
-        /* Whatever is left of the tree goes, on every path. */
-        kill(-pid, SIGKILL);
-        kill(pid, SIGKILL);
-        if (r->timed_out)
-            waitpid(pid, &status, 0);
-        /* Orphans of the group are reaped by init; wait (bounded) until they are gone so a
-         * fork bomb's remains do not count against the next run's process limit. */
-        for (double until = af_clock_ms() + 5000; kill(-pid, 0) == 0 && af_clock_ms() < until;) {
-            kill(-pid, SIGKILL);
+            r->timed_out = read_status(st_p[0], deadline, &status, &got);
+        /* Whatever is left of the tree goes, on every path: closing the lifeline tells the
+         * supervisor to kill and reap every descendant. Waiting for it (bounded) also keeps a
+         * fork bomb's remains from counting against the next run's process limit. */
+        close(life_p[1]);
+        life_p[1] = -1;
+        if (!got)
+            (void)read_status(st_p[0], af_clock_ms() + 5000, &status, &got);
+        if (!got)
+            status = SIGKILL; /* no report: count it as killed */
+        for (double until = af_clock_ms() + 10000; af_clock_ms() < until;) {
+            pid_t w = waitpid(pid, NULL, WNOHANG);
+            if (w == pid || (w < 0 && errno != EINTR))
+                break;
             af_clock_sleep_ms(2);
+        }
+        if (waitpid(pid, NULL, WNOHANG) == 0) { /* a supervisor stuck past 10 s: end it */
+            kill(-pid, SIGKILL);
+            kill(pid, SIGKILL);
+            waitpid(pid, NULL, 0);
         }
         r->duration_ms = af_clock_ms() - t0;
         r->exit_status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
         r->term_signal = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
         r->out = capture_finish(&co);
         r->err = capture_finish(&ce);
+    }
+    for (int i = 0; i < 2; i++) {
+        if (life_p[i] >= 0)
+            close(life_p[i]);
+        if (st_p[i] >= 0)
+            close(st_p[i]);
     }
     for (int i = 0; i < 2; i++) {
         if (out_p[i] >= 0)
