@@ -250,27 +250,43 @@ static void test_bwrap_no_network(void **state)
     close(s);
 }
 
-static void test_bwrap_setsid_escape(void **state)
+/* A child that calls setsid leaves the sandbox's process group (and, under bubblewrap, runs in
+ * the PID namespace); it still dies at the deadline, and with a main program that exits. */
+static void check_setsid_escape(int bwrap)
 {
-    (void)state;
-    NEED_BWRAP();
     struct sandbox_result r;
     run("# marker-setsid\nimport os, time\nif os.fork() == 0:\n    os.setsid()\n"
         "    time.sleep(60)\nelse:\n    time.sleep(60)",
-        1, 2, &r);
+        bwrap, 2, &r);
     assert_true(r.timed_out);
     sandbox_result_deinit(&r);
     assert_none_left("marker-setsid");
-    /* A daemon left behind by a main program that exits at once dies with it. */
+    /* A daemon left behind by a main program that exits at once dies with it, and does not
+     * hold the output open until the deadline. */
     run("# marker-daemon\nimport os, sys, time\nif os.fork() == 0:\n    os.setsid()\n"
         "    time.sleep(60)\nprint('bye')",
-        1, 20, &r);
+        bwrap, 20, &r);
     assert_string_equal(r.out, "bye\n");
+    assert_false(r.timed_out);
+    assert_int_equal(r.exit_status, 0);
+    assert_true(r.duration_ms < 15000);
     sandbox_result_deinit(&r);
     assert_none_left("marker-daemon");
 }
 
-/* The CLI is killed with SIGKILL while its sandboxed code runs: the code dies too. */
+static void test_bwrap_setsid_escape(void **state)
+{
+    (void)state;
+    NEED_BWRAP();
+    check_setsid_escape(1);
+}
+
+static void test_rlimits_setsid_escape(void **state)
+{
+    (void)state;
+    check_setsid_escape(0);
+}
+
 /* SIGKILL to the CLI while the sandbox is being set up (right after the first fork: a bwrap
  * killed then used to leave its inner process behind) and while the code runs: nothing with
  * the marker is left, in either mode. */
@@ -353,7 +369,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_tool_result_shape),      cmocka_unit_test(test_rlimits_fallback),
         cmocka_unit_test(test_bwrap_basic_and_limits), cmocka_unit_test(test_bwrap_no_network),
-        cmocka_unit_test(test_bwrap_setsid_escape),    cmocka_unit_test(test_parent_killed),
+        cmocka_unit_test(test_bwrap_setsid_escape),    cmocka_unit_test(test_rlimits_setsid_escape),
+        cmocka_unit_test(test_parent_killed),
     };
     return cmocka_run_group_tests_name("sandbox", tests, NULL, NULL);
 }

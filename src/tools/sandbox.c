@@ -258,11 +258,12 @@ static int pump(int out_fd, int err_fd, struct capture *co, struct capture *ce, 
  * The parent does not fork the sandbox itself but a supervisor, which forks it and stays. The
  * supervisor is a child subreaper (PR_SET_CHILD_SUBREAPER), so whatever the sandbox leaves
  * behind (bwrap's inner process when the outer one dies early, a child that called setsid)
- * is reparented to it rather than to init. It watches a lifeline pipe that only the parent
- * can write: EOF, whether the parent closed it or was killed (SIGKILL included), means kill
- * every descendant, reap them all and exit. bwrap's --die-with-parent alone left processes
- * behind when the parent was killed while bwrap was still setting up. The supervisor is a
- * fork of a possibly threaded process, so it makes async-signal-safe calls only. */
+ * is reparented to it rather than to init. When the sandbox's main process exits, or the
+ * lifeline pipe that only the parent can write reaches EOF (the parent closed it or was
+ * killed, SIGKILL included), it kills every descendant, reaps them all and exits. bwrap's
+ * --die-with-parent alone left processes behind when the parent was killed while bwrap was still
+ * setting up. The supervisor is a fork of a possibly threaded process, so it makes
+ * async-signal-safe calls only. */
 
 /* Kills every child listed in /proc/self/task/SELF/children. Returns how many it saw. */
 static int kill_children(const char *children_path)
@@ -360,7 +361,7 @@ static void supervisor(const struct sandbox_params *p, char *const argv[], char 
     memcpy(children + o, post, sizeof post);
     int reported = 0;
     struct pollfd pf = {life_fd, POLLIN, 0};
-    for (;;) { /* until the lifeline ends; the sandbox may exit well before */
+    for (;;) { /* until the sandbox's main process exits or the lifeline ends */
         if (poll(&pf, 1, 10) > 0) {
             char b;
             ssize_t r = read(life_fd, &b, 1);
@@ -368,6 +369,8 @@ static void supervisor(const struct sandbox_params *p, char *const argv[], char 
                 break;
         }
         (void)reap(sandbox, status_fd, &reported);
+        if (reported) /* the main process is done: what it left behind goes with it */
+            break;
     }
     kill(-sandbox, SIGKILL);
     for (;;) {

@@ -6,7 +6,9 @@
  * a read-only view of the system directories only, a private tmpfs as working directory,
  * --die-with-parent. Always: rlimits on CPU, address space, file size, open files and process
  * count, the uid of "nobody" when started as root, its own process group, a wall-clock
- * deadline that kills the whole tree, and stdout/stderr capped (cut out of the middle).
+ * deadline that kills the whole tree, and stdout/stderr capped (cut out of the middle). A
+ * supervisor process (a child subreaper) kills and reaps every descendant when the main
+ * process exits, at the deadline, or when the caller dies.
  * Fallback when namespaces cannot be created: the same limits without the namespaces, in a
  * fresh temporary directory; the result's `mode` says so. Safe from any thread.
  */
