@@ -29,7 +29,8 @@ if (dir === null || files.length === 0) {
     console.error(`usage: node bench/llamacpp.mjs NLC_DIR MODEL.gguf... [-p 512] [-n 128] [-t 2] [-r 2]`);
     process.exit(2);
 }
-const {getLlama} = await import(dir + "/node_modules/node-llama-cpp/dist/index.js");
+const {resolve} = await import("node:path");
+const {getLlama} = await import(resolve(dir) + "/node_modules/node-llama-cpp/dist/index.js");
 const llama = await getLlama({gpu: false, build: "never", logLevel: "error", maxThreads: opt.t});
 let seed = 12345;
 const rand = (n) => { seed = (seed * 1103515245 + 12345) % 2147483648; return seed % n; };

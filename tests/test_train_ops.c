@@ -142,6 +142,78 @@ static void test_gemm_blocked_equals_naive(void **state)
     check_gemm(5, 3, 0);     /* empty depth: C = 0 or unchanged */
 }
 
+/* The AVX-512 kernel's arithmetic, scalar: per KC = 256 block of depth one fmaf chain from
+ * zero, added into C (stored, for the first block of an overwrite). */
+static float avx512_model(int ta, int tb, int64_t m, int64_t n, int64_t k, const float *a,
+                          const float *b, const float *c0, int acc, int64_t i, int64_t j)
+{
+    float c = c0[i * n + j];
+    for (int64_t pc = 0; pc < k; pc += 256) {
+        float s = 0;
+        for (int64_t p = pc; p < k && p < pc + 256; p++)
+            s = fmaf(ta ? a[p * m + i] : a[i * k + p], tb ? b[j * k + p] : b[p * n + j], s);
+        c = (pc == 0 && !acc) ? s : c + s;
+    }
+    return k == 0 && !acc ? 0.0f : c;
+}
+
+static void check_avx512(int64_t m, int64_t n, int64_t k)
+{
+    float *a = frand((size_t)(m * k), 3), *b = frand((size_t)(n * k), 4);
+    float *c0 = frand((size_t)(m * n), 5), *c = malloc((size_t)(m * n) * sizeof *c);
+    float *cs = malloc((size_t)(m * n) * sizeof *cs);
+    for (int ta = 0; ta < 2; ta++)
+        for (int tb = 0; tb < 2; tb++)
+            for (int acc = 0; acc < 2; acc++) {
+                const int64_t lda = ta ? m : k, ldb = tb ? k : n;
+                memcpy(c, c0, (size_t)(m * n) * sizeof *c);
+                train_gemm_avx512(ta, tb, m, n, k, a, lda, b, ldb, c, n, acc);
+                for (int64_t i = 0; i < m; i++)
+                    for (int64_t j = 0; j < n; j++) {
+                        const float want = avx512_model(ta, tb, m, n, k, a, b, c0, acc, i, j);
+                        if (memcmp(&want, &c[i * n + j], sizeof want))
+                            fail_msg("avx512 ta %d tb %d acc %d (%lld,%lld,%lld) at %lld,%lld: "
+                                     "%.9g vs %.9g",
+                                     ta, tb, acc, (long long)m, (long long)n, (long long)k,
+                                     (long long)i, (long long)j, (double)c[i * n + j],
+                                     (double)want);
+                    }
+                /* the same product in uneven row and column slices: the same bits */
+                memcpy(cs, c0, (size_t)(m * n) * sizeof *cs);
+                const int64_t mi = m / 3 + 1 < m ? m / 3 + 1 : m;
+                train_gemm_avx512(ta, tb, mi, n, k, a, lda, b, ldb, cs, n, acc);
+                if (m > mi) {
+                    const int64_t nj = (n + 1) / 2;
+                    train_gemm_avx512(ta, tb, m - mi, nj, k, ta ? a + mi : a + mi * k, lda, b, ldb,
+                                      cs + mi * n, n, acc);
+                    train_gemm_avx512(ta, tb, m - mi, n - nj, k, ta ? a + mi : a + mi * k, lda,
+                                      tb ? b + nj * k : b + nj, ldb, cs + mi * n + nj, n, acc);
+                }
+                assert_memory_equal(c, cs, (size_t)(m * n) * sizeof *c);
+            }
+    free(a);
+    free(b);
+    free(c0);
+    free(c);
+    free(cs);
+}
+
+static void test_gemm_avx512_exact(void **state)
+{
+    (void)state;
+    if (!train_gemm_has_avx512()) {
+        printf("skip: this CPU has no AVX-512F\n");
+        return;
+    }
+    check_avx512(1, 1, 1);
+    check_avx512(12, 32, 8);
+    check_avx512(13, 37, 300); /* edge rows and columns, two depth slices */
+    check_avx512(50, 17, 64);  /* columns under one half-panel */
+    check_avx512(30, 600, 20); /* two column blocks */
+    check_avx512(5, 3, 0);     /* empty depth */
+    check_gemm(128, 96, 600);  /* the threaded default path, three depth slices */
+}
+
 /* ---- embedding ---------------------------------------------------------------------------- */
 
 static void test_embed(void **state)
@@ -762,6 +834,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gemm_blocked_equals_naive),
+        cmocka_unit_test(test_gemm_avx512_exact),
         cmocka_unit_test(test_embed),
         cmocka_unit_test(test_rmsnorm_grad),
         cmocka_unit_test(test_linear_grad),

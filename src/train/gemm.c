@@ -285,11 +285,12 @@ void train_gemm_tn_blocked(int64_t m, int64_t n, int64_t k, const float *a, cons
 
 /* ---- Dispatch --------------------------------------------------------------------------- */
 
+/* One single-threaded product on a slice of C, with leading dimensions. */
+typedef void (*slice_fn)(int ta, int tb, int64_t m, int64_t n, int64_t k, const float *a,
+                         int64_t lda, const float *b, int64_t ldb, float *c, int64_t ldc,
+                         int accumulate);
+
 #ifdef AF_HAVE_CBLAS
-/* OpenBLAS runs single-threaded inside OpenMP threads that each take a slice of C: its own
- * pthreads and OpenMP's spinning workers would otherwise fight over the cores (measured: half
- * the time in sched_yield on 2 cores). The slices are fixed by the thread count, so results do
- * not depend on timing. */
 static void sgemm_one(int ta, int tb, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
                       const float *b, int64_t ldb, float *c, int64_t ldc, int accumulate)
 {
@@ -297,80 +298,115 @@ static void sgemm_one(int ta, int tb, int64_t m, int64_t n, int64_t k, const flo
                 (int)m, (int)n, (int)k, 1.0f, a, (int)lda, b, (int)ldb, accumulate ? 1.0f : 0.0f, c,
                 (int)ldc);
 }
+#endif
 
-static void sgemm(int ta, int tb, int64_t m, int64_t n, int64_t k, const float *a, const float *b,
-                  float *c, int accumulate)
+/* AGENTFLOW_ISA=ref|avx2 (the engine's switch) keeps the AVX-512 kernel out, for comparisons. */
+static int avx512_allowed(void)
+{
+    const char *isa = getenv("AGENTFLOW_ISA");
+    return train_gemm_has_avx512() && !(isa && (!strcmp(isa, "ref") || !strcmp(isa, "avx2")));
+}
+
+/* 0: not decided yet; 1 AVX-512; 2 OpenBLAS; 3 the blocked driver. */
+static int backend_id(void)
+{
+    static int id;
+    int v = __atomic_load_n(&id, __ATOMIC_ACQUIRE);
+    if (v)
+        return v;
+    if (avx512_allowed())
+        v = 1;
+    else {
+#ifdef AF_HAVE_CBLAS
+        /* OpenBLAS runs single-threaded inside OpenMP threads that each take a slice of C: its
+         * own pthreads and OpenMP's spinning workers would otherwise fight over the cores
+         * (measured: half the time in sched_yield on 2 cores). */
+        openblas_set_num_threads(1);
+        v = 2;
+#else
+        v = 3;
+#endif
+    }
+    __atomic_store_n(&id, v, __ATOMIC_RELEASE);
+    return v;
+}
+
+/* Split C by rows (or columns, when it is wider than tall) into one slice per OpenMP thread.
+ * The slices are fixed by the thread count, so results do not depend on timing; with the
+ * AVX-512 kernel they do not depend on the thread count either. */
+static void gemm_sliced(slice_fn fn, int64_t align, int cols_first, int ta, int tb, int64_t m, int64_t n, int64_t k,
+                        const float *a, const float *b, float *c, int accumulate)
 {
     if (m == 0 || n == 0)
         return;
-    static int single;
-    if (!__atomic_load_n(&single, __ATOMIC_ACQUIRE)) {
-        openblas_set_num_threads(1);
-        __atomic_store_n(&single, 1, __ATOMIC_RELEASE);
-    }
     const int64_t lda = ta ? m : k, ldb = tb ? k : n;
     const int nt = omp_in_parallel() ? 1 : omp_get_max_threads();
     if (nt <= 1 || (double)m * (double)n * (double)k < 262144.0) {
-        sgemm_one(ta, tb, m, n, k, a, lda, b, ldb, c, n, accumulate);
+        fn(ta, tb, m, n, k, a, lda, b, ldb, c, n, accumulate);
         return;
     }
-    const int by_rows = m >= n;
+    /* Column slices pack disjoint parts of B and share A; row slices would each pack all of B.
+     * The AVX-512 kernel reads A unpacked, so it prefers columns while they are wide. */
+    const int by_rows = cols_first ? n < 64 * nt : m >= n;
 #pragma omp parallel num_threads(nt)
     {
         const int t = omp_get_thread_num(), cnt = omp_get_num_threads();
         const int64_t total = by_rows ? m : n;
         int64_t per = (total + cnt - 1) / cnt;
-        per = (per + 15) / 16 * 16;
+        per = (per + align - 1) / align * align;
         const int64_t i0 = (int64_t)t * per, i1 = i0 + per < total ? i0 + per : total;
         if (i0 < i1) {
             if (by_rows)
-                sgemm_one(ta, tb, i1 - i0, n, k, ta ? a + i0 : a + i0 * k, lda, b, ldb, c + i0 * n,
-                          n, accumulate);
+                fn(ta, tb, i1 - i0, n, k, ta ? a + i0 : a + i0 * k, lda, b, ldb, c + i0 * n, n,
+                   accumulate);
             else
-                sgemm_one(ta, tb, m, i1 - i0, k, a, lda, tb ? b + i0 * k : b + i0, ldb, c + i0, n,
-                          accumulate);
+                fn(ta, tb, m, i1 - i0, k, a, lda, tb ? b + i0 * k : b + i0, ldb, c + i0, n,
+                   accumulate);
         }
     }
 }
+
+static void gemm_dispatch(int ta, int tb, int64_t m, int64_t n, int64_t k, const float *a,
+                          const float *b, float *c, int accumulate)
+{
+    switch (backend_id()) {
+    case 1:
+        gemm_sliced(train_gemm_avx512, 32, 1, ta, tb, m, n, k, a, b, c, accumulate);
+        return;
+#ifdef AF_HAVE_CBLAS
+    case 2:
+        gemm_sliced(sgemm_one, 16, 0, ta, tb, m, n, k, a, b, c, accumulate);
+        return;
 #endif
+    default: {
+        const struct gemm_args g = {m, n, k, a, b, c, ta, tb};
+        gemm_blocked(&g, accumulate);
+    }
+    }
+}
 
 void train_gemm_nt(int64_t m, int64_t n, int64_t k, const float *a, const float *b, float *c,
                    int accumulate)
 {
-#ifdef AF_HAVE_CBLAS
-    sgemm(0, 1, m, n, k, a, b, c, accumulate);
-#else
-    train_gemm_nt_blocked(m, n, k, a, b, c, accumulate);
-#endif
+    gemm_dispatch(0, 1, m, n, k, a, b, c, accumulate);
 }
 
 void train_gemm_nn(int64_t m, int64_t n, int64_t k, const float *a, const float *b, float *c,
                    int accumulate)
 {
-#ifdef AF_HAVE_CBLAS
-    sgemm(0, 0, m, n, k, a, b, c, accumulate);
-#else
-    train_gemm_nn_blocked(m, n, k, a, b, c, accumulate);
-#endif
+    gemm_dispatch(0, 0, m, n, k, a, b, c, accumulate);
 }
 
 void train_gemm_tn(int64_t m, int64_t n, int64_t k, const float *a, const float *b, float *c,
                    int accumulate)
 {
-#ifdef AF_HAVE_CBLAS
-    sgemm(1, 0, m, n, k, a, b, c, accumulate);
-#else
-    train_gemm_tn_blocked(m, n, k, a, b, c, accumulate);
-#endif
+    gemm_dispatch(1, 0, m, n, k, a, b, c, accumulate);
 }
 
 const char *train_gemm_backend(void)
 {
-#ifdef AF_HAVE_CBLAS
-    return "openblas";
-#else
-    return "blocked";
-#endif
+    static const char *const names[] = {"", "avx512", "openblas", "blocked"};
+    return names[backend_id()];
 }
 
 void train_gemm_set_threads(int n)

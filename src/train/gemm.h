@@ -9,8 +9,11 @@
  * All matrices are dense row-major with no padding. `accumulate` = 0 overwrites C, 1 adds to it.
  * Each form has three implementations: *_naive (triple loop, the reference the tests compare
  * with), *_blocked (packed panels, a 6x16 AVX2+FMA micro-kernel when the CPU has it, OpenMP
- * over row blocks) and the plain name, which is cblas_sgemm when built with -DAF_HAVE_CBLAS
- * (and -lopenblas) and *_blocked otherwise. Safe from any thread; C must not alias A or B.
+ * over row blocks) and the plain name, which splits C between the OpenMP threads and runs
+ * train_gemm_avx512 on each slice when the CPU has AVX-512, else cblas_sgemm when built with
+ * -DAF_HAVE_CBLAS (and -lopenblas), else *_blocked. Safe from any thread; C must not alias A
+ * or B. (OpenBLAS 0.3.21 takes its AVX2 kernels on CPUs it does not know, such as Zen 5, at
+ * half the AVX-512 speed; our kernel does not depend on its CPU table.)
  */
 #ifndef AF_TRAIN_GEMM_H
 #define AF_TRAIN_GEMM_H
@@ -38,11 +41,22 @@ void train_gemm_nn_blocked(int64_t m, int64_t n, int64_t k, const float *a, cons
 void train_gemm_tn_blocked(int64_t m, int64_t n, int64_t k, const float *a, const float *b,
                            float *c, int accumulate);
 
+/* One single-threaded product on AVX-512 (the caller checks train_gemm_has_avx512):
+ * C[m][ldc] (+)= A_op · B_op, A stored [k][m] when ta (else [m][k]), B stored [n][k] when tb
+ * (else [k][n]), leading dimensions lda, ldb. Each output is an FMA chain over k in order, so
+ * how C is split between calls does not change its bits. */
+void train_gemm_avx512(int ta, int tb, int64_t m, int64_t n, int64_t k, const float *a,
+                       int64_t lda, const float *b, int64_t ldb, float *c, int64_t ldc,
+                       int accumulate);
+/* 1 when this CPU has AVX-512F. */
+int train_gemm_has_avx512(void);
+
 /* 1 when *_blocked uses the AVX2+FMA micro-kernel on this CPU. */
 int train_gemm_has_avx2(void);
 /* Threads of the products (OpenMP's; OpenBLAS runs one per slice); n <= 0: the default. */
 void train_gemm_set_threads(int n);
-/* "openblas" or "blocked": what the plain-named forms run. */
+/* "avx512", "openblas" or "blocked": what the plain-named forms run (AVX-512 when the CPU has
+ * it and AGENTFLOW_ISA is not ref or avx2, else OpenBLAS when linked, else the blocked driver). */
 const char *train_gemm_backend(void);
 
 #endif

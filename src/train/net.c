@@ -49,6 +49,8 @@ struct net_acts {
     float *tmp, *tmp2; /* [T][wide] */
     float *block;
     size_t floats;
+    float *bwd;         /* the backward's scratch (struct bwd), kept: fresh pages fault */
+    size_t bwd_floats;
 };
 
 struct train_net {
@@ -592,7 +594,13 @@ static double run(struct train_net *n, const int32_t *tokens, int64_t T, const f
                                n->head_chunk, NULL, NULL, logp);
     const int64_t ff = hp->n_ff, qd = hp->n_head * hp->head_dim, kvd = hp->n_head_kv * hp->head_dim;
     struct bwd b = {0};
-    b.block = af_xcalloc((size_t)(T * (3 * d + 3 * ff + 2 * qd + 2 * kvd)), sizeof(float));
+    const size_t need = (size_t)(T * (3 * d + 3 * ff + 2 * qd + 2 * kvd));
+    if (a->bwd_floats < need) {
+        free(a->bwd);
+        a->bwd = af_xmalloc(need * sizeof(float));
+        a->bwd_floats = need;
+    }
+    b.block = a->bwd;
     float *p = b.block;
     float **slots[] = {&b.dx,  &b.dxmid, &b.dxn, &b.dh, &b.dgate,
                        &b.dup, &b.datt,  &b.dq,  &b.dk, &b.dv};
@@ -601,6 +609,9 @@ static double run(struct train_net *n, const int32_t *tokens, int64_t T, const f
         *slots[i] = p;
         p += T * widths[i];
     }
+    /* the head and the final norm add into these; every other slot is set before it is read */
+    memset(b.dx, 0, (size_t)(T * d) * sizeof(float));
+    memset(b.dxn, 0, (size_t)(T * d) * sizeof(float));
     const double loss = train_head_xent(a->xnf, n->output_f32, T - 1, d, hp->n_vocab, tokens + 1, w,
                                         n->head_chunk, b.dxn, n->g_output, logp);
     train_rmsnorm_bwd(b.dxn, a->x + L * T * d, n->output_norm, a->rstdf, T, d, b.dx,
@@ -612,7 +623,6 @@ static double run(struct train_net *n, const int32_t *tokens, int64_t T, const f
     }
     if (n->g_tok_embd)
         train_embed_bwd(b.dx, tokens, T, d, n->g_tok_embd);
-    free(b.block);
     return loss;
 }
 
@@ -791,6 +801,7 @@ void train_net_free(struct train_net *n)
     free(n->layers);
     free(n->scratch_w);
     free(n->acts.block);
+    free(n->acts.bwd);
     lora_free(n->glora);
     free(n);
 }

@@ -7,6 +7,7 @@
 #include "train/ops.h"
 
 #include <math.h>
+#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -14,10 +15,16 @@
 #include "core/xalloc.h"
 #include "train/gemm.h"
 
+/* Elementwise and per-row passes split rows (or elements) between the OpenMP threads when
+ * there is enough work to pay for the fork; no pass reduces across threads, so the bits do not
+ * depend on the thread count. */
+#define PAR_MIN 16384
+
 /* ---- Embedding -------------------------------------------------------------------------- */
 
 void train_embed_fwd(const float *table, int64_t d, const int32_t *ids, int64_t T, float *out)
 {
+#pragma omp parallel for schedule(static) if (T * d >= PAR_MIN)
     for (int64_t t = 0; t < T; t++)
         memcpy(out + t * d, table + (int64_t)ids[t] * d, (size_t)d * sizeof *out);
 }
@@ -36,6 +43,7 @@ void train_embed_bwd(const float *dout, const int32_t *ids, int64_t T, int64_t d
 void train_rmsnorm_fwd(const float *x, const float *g, int64_t T, int64_t n, float eps, float *y,
                        float *rstd)
 {
+#pragma omp parallel for schedule(static) if (T * n >= PAR_MIN)
     for (int64_t t = 0; t < T; t++) {
         const float *xr = x + t * n;
         float *yr = y + t * n;
@@ -54,19 +62,32 @@ void train_rmsnorm_fwd(const float *x, const float *g, int64_t T, int64_t n, flo
 void train_rmsnorm_bwd(const float *dy, const float *x, const float *g, const float *rstd,
                        int64_t T, int64_t n, float *dx, float *dg)
 {
-    for (int64_t t = 0; t < T; t++) {
-        const float *xr = x + t * n, *dyr = dy + t * n;
-        const float r = rstd[t];
-        double dot = 0;
-        for (int64_t i = 0; i < n; i++)
-            dot += (double)(dyr[i] * g[i] * xr[i]);
-        const float c = (float)(dot * (double)r * (double)r * (double)r / (double)n);
-        if (dx)
+    if (dx) {
+#pragma omp parallel for schedule(static) if (T * n >= PAR_MIN)
+        for (int64_t t = 0; t < T; t++) {
+            const float *xr = x + t * n, *dyr = dy + t * n;
+            const float r = rstd[t];
+            double dot = 0;
+            for (int64_t i = 0; i < n; i++)
+                dot += (double)(dyr[i] * g[i] * xr[i]);
+            const float c = (float)(dot * (double)r * (double)r * (double)r / (double)n);
             for (int64_t i = 0; i < n; i++)
                 dx[t * n + i] += r * g[i] * dyr[i] - c * xr[i];
-        if (dg)
-            for (int64_t i = 0; i < n; i++)
+        }
+    }
+    if (!dg)
+        return;
+    /* by columns, each summed over t in order as a single thread would */
+#pragma omp parallel if (T * n >= PAR_MIN)
+    {
+        const int nt = omp_get_num_threads(), id = omp_get_thread_num();
+        const int64_t per = (n + nt - 1) / nt, i0 = per * id, i1 = i0 + per < n ? i0 + per : n;
+        for (int64_t t = 0; t < T; t++) {
+            const float *xr = x + t * n, *dyr = dy + t * n;
+            const float r = rstd[t];
+            for (int64_t i = i0; i < i1; i++)
                 dg[i] += dyr[i] * xr[i] * r;
+        }
     }
 }
 
@@ -119,6 +140,7 @@ static void rope_rotate(const struct train_rope *r, float *x, int64_t T, int64_t
                         const float *cos_t, const float *sin_t, float sign)
 {
     const int64_t half = r->n_rot / 2, hd = r->head_dim;
+#pragma omp parallel for schedule(static) if (T * n_heads * hd >= PAR_MIN)
     for (int64_t j = 0; j < T; j++)
         for (int64_t h = 0; h < n_heads; h++) {
             float *v = x + (j * n_heads + h) * hd;
@@ -148,6 +170,7 @@ void train_rope_bwd(const struct train_rope *r, float *dx, int64_t T, int64_t n_
 
 void train_swiglu_fwd(const float *gate, const float *up, int64_t n, float *out)
 {
+#pragma omp parallel for schedule(static) if (n >= PAR_MIN)
     for (int64_t i = 0; i < n; i++) {
         const float g = gate[i];
         out[i] = g / (1.0f + expf(-g)) * up[i];
@@ -158,6 +181,7 @@ void train_swiglu_fwd(const float *gate, const float *up, int64_t n, float *out)
 void train_swiglu_bwd(const float *dout, const float *gate, const float *up, int64_t n,
                       float *dgate, float *dup)
 {
+#pragma omp parallel for schedule(static) if (n >= PAR_MIN)
     for (int64_t i = 0; i < n; i++) {
         const float g = gate[i], s = 1.0f / (1.0f + expf(-g));
         if (dgate)
@@ -169,6 +193,7 @@ void train_swiglu_bwd(const float *dout, const float *gate, const float *up, int
 
 void train_add(float *y, const float *x, int64_t n)
 {
+#pragma omp parallel for schedule(static) if (n >= PAR_MIN)
     for (int64_t i = 0; i < n; i++)
         y[i] += x[i];
 }
