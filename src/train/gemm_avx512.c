@@ -11,6 +11,7 @@
  * the result.
  */
 #include "train/gemm.h"
+#include "train/scratch.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -132,22 +133,6 @@ AF_TARGET_AVX512 static void pack_b(int tb, const float *b, int64_t ldb, int64_t
     }
 }
 
-/* A scratch that grows and stays with the thread: the products run many times a step. */
-static __thread float *tls_pack;
-static __thread size_t tls_cap;
-
-static float *scratch(size_t floats)
-{
-    if (floats > tls_cap) {
-        free(tls_pack);
-        tls_pack = aligned_alloc(64, (floats * sizeof(float) + 63) / 64 * 64);
-        if (!tls_pack)
-            abort();
-        tls_cap = floats;
-    }
-    return tls_pack;
-}
-
 /* C[m][ldc] (+)= A_op (m x k) . B_op (k x n). ta: A stored [k][m] (lda m-wise), else [m][k];
  * tb: B stored [n][k], else [k][n]. */
 AF_TARGET_AVX512 void train_gemm_avx512(int ta, int tb, int64_t m, int64_t n, int64_t k,
@@ -163,7 +148,7 @@ AF_TARGET_AVX512 void train_gemm_avx512(int ta, int tb, int64_t m, int64_t n, in
         return;
     }
     const int64_t kc_max = k < KC ? k : KC, nc_max = n < NC ? n : NC;
-    float *bpack = scratch((size_t)(((nc_max + NR - 1) / NR * NR) * kc_max + MR * kc_max));
+    float *bpack = train_scratch(TRAIN_SCRATCH_GEMM, (size_t)(((nc_max + NR - 1) / NR * NR) * kc_max + MR * kc_max));
     float *aedge = bpack + ((nc_max + NR - 1) / NR * NR) * kc_max;
     for (int64_t jc = 0; jc < n; jc += NC) {
         const int64_t nc = n - jc < NC ? n - jc : NC;

@@ -14,6 +14,7 @@
 #include "core/errf.h"
 #include "core/xalloc.h"
 #include "train/gemm.h"
+#include "train/scratch.h"
 
 /* Elementwise and per-row passes split rows (or elements) between the OpenMP threads when
  * there is enough work to pay for the fork; no pass reduces across threads, so the bits do not
@@ -257,8 +258,8 @@ double train_head_xent(const float *xn, const float *w, int64_t T, int64_t d, in
 {
     if (chunk <= 0 || chunk > T)
         chunk = T;
-    float *logits = af_xmalloc((size_t)(chunk * V) * sizeof *logits);
-    float *dlog = (dxn || dw) ? af_xmalloc((size_t)(chunk * V) * sizeof *dlog) : NULL;
+    float *logits = train_scratch(TRAIN_SCRATCH_HEAD, (size_t)(2 * chunk * V));
+    float *dlog = (dxn || dw) ? logits + chunk * V : NULL;
     double loss = 0;
     for (int64_t t0 = 0; t0 < T; t0 += chunk) {
         const int64_t n = T - t0 < chunk ? T - t0 : chunk;
@@ -270,8 +271,6 @@ double train_head_xent(const float *xn, const float *w, int64_t T, int64_t d, in
         if (dw)
             train_gemm_tn(V, d, n, dlog, xn + t0 * d, dw, 1);
     }
-    free(logits);
-    free(dlog);
     return loss;
 }
 

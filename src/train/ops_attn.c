@@ -22,6 +22,7 @@
 #include "core/xalloc.h"
 #include "train/gemm.h"
 #include "train/ops.h"
+#include "train/scratch.h"
 
 #define BQ 128
 
@@ -92,11 +93,12 @@ void train_attn_fwd(const struct train_attn *a, const float *q, const float *k, 
     const int64_t hd = a->head_dim, nh = a->n_head, nkv = a->n_head_kv, group = nh / nkv;
     const int64_t qd = nh * hd, nblk = (T + BQ - 1) / BQ;
     const float scale = 1.0f / sqrtf((float)hd);
-    float *kc = af_xmalloc((size_t)(2 * nkv * T * hd) * sizeof(float)), *vc = kc + nkv * T * hd;
+    float *kc = train_scratch(TRAIN_SCRATCH_ATTN_KV, (size_t)(2 * nkv * T * hd));
+    float *vc = kc + nkv * T * hd;
     gather_kv(a, k, v, T, kc, vc);
 #pragma omp parallel
     {
-        float *S = af_xmalloc((size_t)(BQ * T + 2 * BQ * hd) * sizeof(float));
+        float *S = train_scratch(TRAIN_SCRATCH_ATTN_ROWS, (size_t)(BQ * T + 2 * BQ * hd));
         float *qb = S + BQ * T, *ob = qb + BQ * hd;
         /* the later blocks have more keys: hand them out first */
 #pragma omp for schedule(dynamic, 1)
@@ -110,9 +112,7 @@ void train_attn_fwd(const struct train_attn *a, const float *q, const float *k, 
             for (int64_t t = t0; t < t1; t++)
                 memcpy(out + t * qd + h * hd, ob + (t - t0) * hd, (size_t)hd * sizeof(float));
         }
-        free(S);
     }
-    free(kc);
 }
 
 void train_attn_bwd(const struct train_attn *a, const float *dout, const float *q, const float *k,
@@ -122,14 +122,16 @@ void train_attn_bwd(const struct train_attn *a, const float *dout, const float *
     const int64_t hd = a->head_dim, nh = a->n_head, nkv = a->n_head_kv, group = nh / nkv;
     const int64_t qd = nh * hd, kvd = nkv * hd, nblk = (T + BQ - 1) / BQ;
     const float scale = 1.0f / sqrtf((float)hd);
-    float *kc = af_xmalloc((size_t)(2 * nkv * T * hd) * sizeof(float)), *vc = kc + nkv * T * hd;
+    float *kc = train_scratch(TRAIN_SCRATCH_ATTN_KV, (size_t)(2 * nkv * T * hd));
+    float *vc = kc + nkv * T * hd;
     gather_kv(a, k, v, T, kc, vc);
     /* per query head: dK, dV of its kv head ([nh][T][hd] each) and dQ */
-    float *dkh = af_xcalloc((size_t)(3 * nh * T * hd), sizeof(float));
+    float *dkh = train_scratch(TRAIN_SCRATCH_ATTN_GRAD, (size_t)(3 * nh * T * hd));
+    memset(dkh, 0, (size_t)(3 * nh * T * hd) * sizeof(float));
     float *dvh = dkh + nh * T * hd, *dqh = dvh + nh * T * hd;
 #pragma omp parallel
     {
-        float *P = af_xmalloc((size_t)(2 * BQ * T + 4 * BQ * hd + BQ) * sizeof(float));
+        float *P = train_scratch(TRAIN_SCRATCH_ATTN_ROWS, (size_t)(2 * BQ * T + 4 * BQ * hd + BQ));
         float *dP = P + BQ * T, *qb = dP + BQ * T, *dob = qb + BQ * hd, *obuf = dob + BQ * hd;
         float *dd = obuf + BQ * hd;
 #pragma omp for schedule(dynamic, 1)
@@ -159,7 +161,6 @@ void train_attn_bwd(const struct train_attn *a, const float *dout, const float *
                 train_gemm_tn(t1, hd, m, dP, qb, dK, 1);          /* dK += dSᵀ·Q */
             }
         }
-        free(P);
     }
     for (int64_t h = 0; h < nh; h++) {
         const int64_t g = h / group;
@@ -173,6 +174,4 @@ void train_attn_bwd(const struct train_attn *a, const float *dout, const float *
                     dv[t * kvd + g * hd + c] += dvh[(h * T + t) * hd + c];
             }
     }
-    free(dkh);
-    free(kc);
 }
