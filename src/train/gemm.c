@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "core/xalloc.h"
+#include "train/vecmath.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
@@ -300,13 +301,6 @@ static void sgemm_one(int ta, int tb, int64_t m, int64_t n, int64_t k, const flo
 }
 #endif
 
-/* AGENTFLOW_ISA=ref|avx2 (the engine's switch) keeps the AVX-512 kernel out, for comparisons. */
-static int avx512_allowed(void)
-{
-    const char *isa = getenv("AGENTFLOW_ISA");
-    return train_gemm_has_avx512() && !(isa && (!strcmp(isa, "ref") || !strcmp(isa, "avx2")));
-}
-
 /* 0: not decided yet; 1 AVX-512; 2 OpenBLAS; 3 the blocked driver. */
 static int backend_id(void)
 {
@@ -314,7 +308,7 @@ static int backend_id(void)
     int v = __atomic_load_n(&id, __ATOMIC_ACQUIRE);
     if (v)
         return v;
-    if (avx512_allowed())
+    if (train_avx512_enabled()) /* AGENTFLOW_ISA=ref|avx2 keeps it out, for comparisons */
         v = 1;
     else {
 #ifdef AF_HAVE_CBLAS

@@ -3,8 +3,9 @@
  * C between threads. A 12x32 micro-kernel (24 zmm accumulators) broadcasts A straight from
  * the caller's matrix, row- or column-major, so A is never packed: its 12 rows x KC fit L1 and
  * are reused across every 32-column panel. B is packed into [k][32] panels (zero-padded), once
- * per (KC x NC) block, and reused by every 12-row tile. Edge rows go through a zero-padded copy
- * of A, edge columns through store masks.
+ * per (KC x NC) block, and reused by every 12-row tile, unless it is row-major and narrow, when
+ * the kernel reads it in place. Edge rows go through a zero-padded copy of A, edge columns
+ * through load and store masks.
  *
  * Every output is one FMA chain over k in order within each KC block, added into C block by
  * block: the same bits whatever the row or column split, so the thread count does not change
@@ -21,19 +22,20 @@
 
 #define AF_TARGET_AVX512 __attribute__((target("avx512f")))
 
-enum { MR = 12, NR = 32, KC = 256, NC = 512 };
+enum { MR = 12, NR = 32, KC = 256, NC = 512, DIRECT_MAX = 256 };
 
 /* c[rows][ldc] (+)= A(12 x kc) . bp (kc x 32); A(i, p) = a[i * rs + p * cs]. */
 AF_TARGET_AVX512 static inline __attribute__((always_inline)) void
-kernel_12x32(int64_t kc, const float *a, int64_t rs, int64_t cs, const float *bp, float *c,
+kernel_12x32(int64_t kc, const float *a, int64_t rs, int64_t cs, const float *bp, int64_t bs,
+             float *c,
              int64_t ldc, int rows, __mmask16 m0, __mmask16 m1, int add)
 {
     __m512 acc[MR][2];
 #pragma GCC unroll 12
     for (int i = 0; i < MR; i++)
         acc[i][0] = acc[i][1] = _mm512_setzero_ps();
-    for (int64_t p = 0; p < kc; p++, bp += NR) {
-        const __m512 b0 = _mm512_loadu_ps(bp), b1 = _mm512_loadu_ps(bp + 16);
+    for (int64_t p = 0; p < kc; p++, bp += bs) {
+        const __m512 b0 = _mm512_maskz_loadu_ps(m0, bp), b1 = _mm512_maskz_loadu_ps(m1, bp + 16);
         const float *ap = a + p * cs;
 #pragma GCC unroll 12
         for (int i = 0; i < MR; i++) {
@@ -59,17 +61,17 @@ kernel_12x32(int64_t kc, const float *a, int64_t rs, int64_t cs, const float *bp
 
 /* The two strides as constants, so each form gets its own addressing. */
 AF_TARGET_AVX512 static void kernel_rowmajor(int64_t kc, const float *a, int64_t lda,
-                                             const float *bp, float *c, int64_t ldc, int rows,
+                                             const float *bp, int64_t bs, float *c, int64_t ldc, int rows,
                                              __mmask16 m0, __mmask16 m1, int add)
 {
-    kernel_12x32(kc, a, lda, 1, bp, c, ldc, rows, m0, m1, add);
+    kernel_12x32(kc, a, lda, 1, bp, bs, c, ldc, rows, m0, m1, add);
 }
 
 AF_TARGET_AVX512 static void kernel_colmajor(int64_t kc, const float *a, int64_t lda,
-                                             const float *bp, float *c, int64_t ldc, int rows,
+                                             const float *bp, int64_t bs, float *c, int64_t ldc, int rows,
                                              __mmask16 m0, __mmask16 m1, int add)
 {
-    kernel_12x32(kc, a, 1, lda, bp, c, ldc, rows, m0, m1, add);
+    kernel_12x32(kc, a, 1, lda, bp, bs, c, ldc, rows, m0, m1, add);
 }
 
 /* dst[i][lds] = src[0..8)[i] for i < 8: an 8x8 block transposed in registers. */
@@ -150,12 +152,16 @@ AF_TARGET_AVX512 void train_gemm_avx512(int ta, int tb, int64_t m, int64_t n, in
     const int64_t kc_max = k < KC ? k : KC, nc_max = n < NC ? n : NC;
     float *bpack = train_scratch(TRAIN_SCRATCH_GEMM, (size_t)(((nc_max + NR - 1) / NR * NR) * kc_max + MR * kc_max));
     float *aedge = bpack + ((nc_max + NR - 1) / NR * NR) * kc_max;
+    /* Narrow row-major B is read in place (its panel rows sit close together); wide rows are
+     * a page apart, and their panel is worth packing. */
+    const int direct = !tb && ldb <= DIRECT_MAX;
     for (int64_t jc = 0; jc < n; jc += NC) {
         const int64_t nc = n - jc < NC ? n - jc : NC;
         for (int64_t pc = 0; pc < k; pc += KC) {
             const int64_t kc = k - pc < KC ? k - pc : KC;
             const int add = accumulate || pc > 0;
-            pack_b(tb, b, ldb, pc, kc, jc, nc, bpack);
+            if (!direct)
+                pack_b(tb, b, ldb, pc, kc, jc, nc, bpack);
             for (int64_t i = 0; i < m; i += MR) {
                 const int rows = m - i < MR ? (int)(m - i) : MR;
                 const float *ai = ta ? a + pc * lda + i : a + i * lda + pc;
@@ -173,14 +179,15 @@ AF_TARGET_AVX512 void train_gemm_avx512(int ta, int tb, int64_t m, int64_t n, in
                     const __mmask16 m1 = (__mmask16)(cols >= 32 ? 0xFFFF
                                                      : cols > 16 ? (1u << (cols - 16)) - 1
                                                                  : 0);
-                    const float *bp = bpack + (j / NR) * kc * NR;
+                    const float *bp = direct ? b + pc * ldb + jc + j : bpack + (j / NR) * kc * NR;
+                    const int64_t bs = direct ? ldb : NR;
                     float *cp = c + i * ldc + jc + j;
                     if (edge)
-                        kernel_colmajor(kc, edge, MR, bp, cp, ldc, rows, m0, m1, add);
+                        kernel_colmajor(kc, edge, MR, bp, bs, cp, ldc, rows, m0, m1, add);
                     else if (ta)
-                        kernel_colmajor(kc, ai, lda, bp, cp, ldc, rows, m0, m1, add);
+                        kernel_colmajor(kc, ai, lda, bp, bs, cp, ldc, rows, m0, m1, add);
                     else
-                        kernel_rowmajor(kc, ai, lda, bp, cp, ldc, rows, m0, m1, add);
+                        kernel_rowmajor(kc, ai, lda, bp, bs, cp, ldc, rows, m0, m1, add);
                 }
             }
         }

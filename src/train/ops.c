@@ -15,6 +15,7 @@
 #include "core/xalloc.h"
 #include "train/gemm.h"
 #include "train/scratch.h"
+#include "train/vecmath.h"
 
 /* Elementwise and per-row passes split rows (or elements) between the OpenMP threads when
  * there is enough work to pay for the fork; no pass reduces across threads, so the bits do not
@@ -169,26 +170,28 @@ void train_rope_bwd(const struct train_rope *r, float *dx, int64_t T, int64_t n_
 
 /* ---- SwiGLU, residual ------------------------------------------------------------------- */
 
+/* In blocks of 4096 elements, so each thread's run stays vector-wide. */
+#define SWIGLU_BLOCK 4096
+
 void train_swiglu_fwd(const float *gate, const float *up, int64_t n, float *out)
 {
+    const int64_t nb = (n + SWIGLU_BLOCK - 1) / SWIGLU_BLOCK;
 #pragma omp parallel for schedule(static) if (n >= PAR_MIN)
-    for (int64_t i = 0; i < n; i++) {
-        const float g = gate[i];
-        out[i] = g / (1.0f + expf(-g)) * up[i];
+    for (int64_t b = 0; b < nb; b++) {
+        const int64_t i = b * SWIGLU_BLOCK, len = n - i < SWIGLU_BLOCK ? n - i : SWIGLU_BLOCK;
+        train_vec_swiglu_fwd(gate + i, up + i, len, out + i);
     }
 }
 
-/* silu(g) = g σ(g); silu'(g) = σ(g) (1 + g (1 − σ(g))). */
 void train_swiglu_bwd(const float *dout, const float *gate, const float *up, int64_t n,
                       float *dgate, float *dup)
 {
+    const int64_t nb = (n + SWIGLU_BLOCK - 1) / SWIGLU_BLOCK;
 #pragma omp parallel for schedule(static) if (n >= PAR_MIN)
-    for (int64_t i = 0; i < n; i++) {
-        const float g = gate[i], s = 1.0f / (1.0f + expf(-g));
-        if (dgate)
-            dgate[i] += dout[i] * up[i] * s * (1.0f + g * (1.0f - s));
-        if (dup)
-            dup[i] += dout[i] * g * s;
+    for (int64_t b = 0; b < nb; b++) {
+        const int64_t i = b * SWIGLU_BLOCK, len = n - i < SWIGLU_BLOCK ? n - i : SWIGLU_BLOCK;
+        train_vec_swiglu_bwd(dout + i, gate + i, up + i, len, dgate ? dgate + i : NULL,
+                             dup ? dup + i : NULL);
     }
 }
 

@@ -23,6 +23,7 @@
 #include "train/gemm.h"
 #include "train/ops.h"
 #include "train/scratch.h"
+#include "train/vecmath.h"
 
 #define BQ 128
 
@@ -53,22 +54,11 @@ static void softmax_rows(float *S, int64_t t0, int64_t t1, float scale, float *l
     for (int64_t t = t0; t < t1; t++) {
         float *row = S + (t - t0) * n;
         const int64_t len = t + 1;
-        float mx = row[0] * scale;
-        for (int64_t j = 0; j < len; j++) {
-            row[j] *= scale;
-            mx = row[j] > mx ? row[j] : mx;
-        }
-        double sum = 0;
-        for (int64_t j = 0; j < len; j++) {
-            row[j] = expf(row[j] - mx);
-            sum += (double)row[j];
-        }
-        const float inv = (float)(1.0 / sum);
-        for (int64_t j = 0; j < len; j++)
-            row[j] *= inv;
+        const float mx = train_vec_scale_max(row, len, scale);
+        const double sum = train_vec_exp_sum(row, len, 1.0f, mx);
+        train_vec_scale(row, len, (float)(1.0 / sum));
         lse[t] = mx + (float)log(sum > 0 ? sum : 1.0);
-        for (int64_t j = len; j < n; j++)
-            row[j] = 0.0f;
+        memset(row + len, 0, (size_t)(n - len) * sizeof *row);
     }
 }
 
@@ -79,11 +69,8 @@ static void probs_rows(float *S, int64_t t0, int64_t t1, float scale, const floa
     for (int64_t t = t0; t < t1; t++) {
         float *row = S + (t - t0) * n;
         const int64_t len = t + 1;
-        const float l = lse[t];
-        for (int64_t j = 0; j < len; j++)
-            row[j] = expf(row[j] * scale - l);
-        for (int64_t j = len; j < n; j++)
-            row[j] = 0.0f;
+        (void)train_vec_exp_sum(row, len, scale, lse[t]);
+        memset(row + len, 0, (size_t)(n - len) * sizeof *row);
     }
 }
 
