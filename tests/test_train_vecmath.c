@@ -49,8 +49,7 @@ static void test_exp_accuracy(void **state)
         if (u > worst)
             worst = u;
         if (u > 3)
-            fail_msg("exp(%.9g) = %.9g, want %.9g (%.1f ulp)", (double)x[i], (double)y[i], want,
-                     u);
+            fail_msg("exp(%.9g) = %.9g, want %.9g (%.1f ulp)", (double)x[i], (double)y[i], want, u);
     }
     printf("worst exp error %.2f ulp\n", worst);
     assert_true(fabs(sum - want_sum) <= 1e-9 * want_sum); /* the sum is of the stored values */

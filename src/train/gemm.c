@@ -308,8 +308,11 @@ static int backend_id(void)
     int v = __atomic_load_n(&id, __ATOMIC_ACQUIRE);
     if (v)
         return v;
-    if (train_avx512_enabled()) /* AGENTFLOW_ISA=ref|avx2 keeps it out, for comparisons */
-        v = 1;
+    const char *want = getenv("AGENTFLOW_TRAIN_GEMM"); /* for comparisons */
+    if (want && !strcmp(want, "blocked"))
+        v = 3;
+    else if (train_avx512_enabled() && !(want && !strcmp(want, "openblas")))
+        v = 1; /* AGENTFLOW_ISA=ref|avx2 keeps it out */
     else {
 #ifdef AF_HAVE_CBLAS
         /* OpenBLAS runs single-threaded inside OpenMP threads that each take a slice of C: its
@@ -328,8 +331,9 @@ static int backend_id(void)
 /* Split C by rows (or columns, when it is wider than tall) into one slice per OpenMP thread.
  * The slices are fixed by the thread count, so results do not depend on timing; with the
  * AVX-512 kernel they do not depend on the thread count either. */
-static void gemm_sliced(slice_fn fn, int64_t align, int cols_first, int ta, int tb, int64_t m, int64_t n, int64_t k,
-                        const float *a, const float *b, float *c, int accumulate)
+static void gemm_sliced(slice_fn fn, int64_t align, int cols_first, int ta, int tb, int64_t m,
+                        int64_t n, int64_t k, const float *a, const float *b, float *c,
+                        int accumulate)
 {
     if (m == 0 || n == 0)
         return;

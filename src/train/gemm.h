@@ -12,8 +12,10 @@
  * over row blocks) and the plain name, which splits C between the OpenMP threads and runs
  * train_gemm_avx512 on each slice when the CPU has AVX-512, else cblas_sgemm when built with
  * -DAF_HAVE_CBLAS (and -lopenblas), else *_blocked. Safe from any thread; C must not alias A
- * or B. (OpenBLAS 0.3.21 takes its AVX2 kernels on CPUs it does not know, such as Zen 5, at
- * half the AVX-512 speed; our kernel does not depend on its CPU table.)
+ * or B. Our AVX-512 kernel over OpenBLAS's: each output is one FMA chain over k, so the bits
+ * do not depend on the thread count or split (OpenBLAS's change with both), and its speed does
+ * not depend on OpenBLAS's CPU table or an OPENBLAS_CORETYPE in the environment.
+ * AGENTFLOW_TRAIN_GEMM=avx512|openblas|blocked picks one, for comparisons.
  */
 #ifndef AF_TRAIN_GEMM_H
 #define AF_TRAIN_GEMM_H
@@ -45,9 +47,8 @@ void train_gemm_tn_blocked(int64_t m, int64_t n, int64_t k, const float *a, cons
  * C[m][ldc] (+)= A_op · B_op, A stored [k][m] when ta (else [m][k]), B stored [n][k] when tb
  * (else [k][n]), leading dimensions lda, ldb. Each output is an FMA chain over k in order, so
  * how C is split between calls does not change its bits. */
-void train_gemm_avx512(int ta, int tb, int64_t m, int64_t n, int64_t k, const float *a,
-                       int64_t lda, const float *b, int64_t ldb, float *c, int64_t ldc,
-                       int accumulate);
+void train_gemm_avx512(int ta, int tb, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
+                       const float *b, int64_t ldb, float *c, int64_t ldc, int accumulate);
 /* 1 when this CPU has AVX-512F. */
 int train_gemm_has_avx512(void);
 
@@ -56,7 +57,8 @@ int train_gemm_has_avx2(void);
 /* Threads of the products (OpenMP's; OpenBLAS runs one per slice); n <= 0: the default. */
 void train_gemm_set_threads(int n);
 /* "avx512", "openblas" or "blocked": what the plain-named forms run (AVX-512 when the CPU has
- * it and AGENTFLOW_ISA is not ref or avx2, else OpenBLAS when linked, else the blocked driver). */
+ * it and AGENTFLOW_ISA is not ref or avx2, else OpenBLAS when linked, else the blocked driver;
+ * AGENTFLOW_TRAIN_GEMM names one instead, when this build and CPU can run it). */
 const char *train_gemm_backend(void);
 
 #endif

@@ -27,8 +27,7 @@ enum { MR = 12, NR = 32, KC = 256, NC = 512, DIRECT_MAX = 256 };
 /* c[rows][ldc] (+)= A(12 x kc) . bp (kc x 32); A(i, p) = a[i * rs + p * cs]. */
 AF_TARGET_AVX512 static inline __attribute__((always_inline)) void
 kernel_12x32(int64_t kc, const float *a, int64_t rs, int64_t cs, const float *bp, int64_t bs,
-             float *c,
-             int64_t ldc, int rows, __mmask16 m0, __mmask16 m1, int add)
+             float *c, int64_t ldc, int rows, __mmask16 m0, __mmask16 m1, int add)
 {
     __m512 acc[MR][2];
 #pragma GCC unroll 12
@@ -61,15 +60,15 @@ kernel_12x32(int64_t kc, const float *a, int64_t rs, int64_t cs, const float *bp
 
 /* The two strides as constants, so each form gets its own addressing. */
 AF_TARGET_AVX512 static void kernel_rowmajor(int64_t kc, const float *a, int64_t lda,
-                                             const float *bp, int64_t bs, float *c, int64_t ldc, int rows,
-                                             __mmask16 m0, __mmask16 m1, int add)
+                                             const float *bp, int64_t bs, float *c, int64_t ldc,
+                                             int rows, __mmask16 m0, __mmask16 m1, int add)
 {
     kernel_12x32(kc, a, lda, 1, bp, bs, c, ldc, rows, m0, m1, add);
 }
 
 AF_TARGET_AVX512 static void kernel_colmajor(int64_t kc, const float *a, int64_t lda,
-                                             const float *bp, int64_t bs, float *c, int64_t ldc, int rows,
-                                             __mmask16 m0, __mmask16 m1, int add)
+                                             const float *bp, int64_t bs, float *c, int64_t ldc,
+                                             int rows, __mmask16 m0, __mmask16 m1, int add)
 {
     kernel_12x32(kc, a, 1, lda, bp, bs, c, ldc, rows, m0, m1, add);
 }
@@ -106,7 +105,7 @@ AF_TARGET_AVX512 static void pack_b(int tb, const float *b, int64_t ldb, int64_t
         const int64_t cols = nc - j < NR ? nc - j : NR;
         if (!tb) {
             const __mmask16 m0 = (__mmask16)(cols >= 16 ? 0xFFFF : (1u << cols) - 1);
-            const __mmask16 m1 = (__mmask16)(cols >= 32 ? 0xFFFF
+            const __mmask16 m1 = (__mmask16)(cols >= 32  ? 0xFFFF
                                              : cols > 16 ? (1u << (cols - 16)) - 1
                                                          : 0);
             for (int64_t p = 0; p < kc; p++) {
@@ -150,7 +149,8 @@ AF_TARGET_AVX512 void train_gemm_avx512(int ta, int tb, int64_t m, int64_t n, in
         return;
     }
     const int64_t kc_max = k < KC ? k : KC, nc_max = n < NC ? n : NC;
-    float *bpack = train_scratch(TRAIN_SCRATCH_GEMM, (size_t)(((nc_max + NR - 1) / NR * NR) * kc_max + MR * kc_max));
+    float *bpack = train_scratch(TRAIN_SCRATCH_GEMM,
+                                 (size_t)(((nc_max + NR - 1) / NR * NR) * kc_max + MR * kc_max));
     float *aedge = bpack + ((nc_max + NR - 1) / NR * NR) * kc_max;
     /* Narrow row-major B is read in place (its panel rows sit close together); wide rows are
      * a page apart, and their panel is worth packing. */
@@ -176,7 +176,7 @@ AF_TARGET_AVX512 void train_gemm_avx512(int ta, int tb, int64_t m, int64_t n, in
                 for (int64_t j = 0; j < nc; j += NR) {
                     const int64_t cols = nc - j < NR ? nc - j : NR;
                     const __mmask16 m0 = (__mmask16)(cols >= 16 ? 0xFFFF : (1u << cols) - 1);
-                    const __mmask16 m1 = (__mmask16)(cols >= 32 ? 0xFFFF
+                    const __mmask16 m1 = (__mmask16)(cols >= 32  ? 0xFFFF
                                                      : cols > 16 ? (1u << (cols - 16)) - 1
                                                                  : 0);
                     const float *bp = direct ? b + pc * ldb + jc + j : bpack + (j / NR) * kc * NR;
@@ -200,9 +200,8 @@ int train_gemm_has_avx512(void)
     return __builtin_cpu_supports("avx512f");
 }
 #else
-void train_gemm_avx512(int ta, int tb, int64_t m, int64_t n, int64_t k, const float *a,
-                       int64_t lda, const float *b, int64_t ldb, float *c, int64_t ldc,
-                       int accumulate)
+void train_gemm_avx512(int ta, int tb, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
+                       const float *b, int64_t ldb, float *c, int64_t ldc, int accumulate)
 {
     (void)ta, (void)tb, (void)m, (void)n, (void)k, (void)a, (void)lda, (void)b, (void)ldb;
     (void)c, (void)ldc, (void)accumulate;

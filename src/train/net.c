@@ -49,7 +49,7 @@ struct net_acts {
     float *tmp, *tmp2; /* [T][wide] */
     float *block;
     size_t floats;
-    float *bwd;         /* the backward's scratch (struct bwd), kept: fresh pages fault */
+    float *bwd; /* the backward's scratch (struct bwd), kept: fresh pages fault */
     size_t bwd_floats;
 };
 

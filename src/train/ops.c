@@ -79,7 +79,7 @@ void train_rmsnorm_bwd(const float *dy, const float *x, const float *g, const fl
     }
     if (!dg)
         return;
-    /* by columns, each summed over t in order as a single thread would */
+        /* by columns, each summed over t in order as a single thread would */
 #pragma omp parallel if (T * n >= PAR_MIN)
     {
         const int nt = omp_get_num_threads(), id = omp_get_thread_num();

@@ -90,8 +90,8 @@ static inline __mmask16 tail_mask(int64_t left)
 AF_INLINE512 __m512 exp512(__m512 x)
 {
     const __mmask16 nan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
-    const __m512 xc = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-110.0f)),
-                                    _mm512_set1_ps(110.0f));
+    const __m512 xc =
+        _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-110.0f)), _mm512_set1_ps(110.0f));
     const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(xc, _mm512_set1_ps(1.44269504088896341f)),
                                           _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), xc);
@@ -130,7 +130,8 @@ AF_TARGET_AVX512 static double exp_sum_512(float *x, int64_t n, float a, float b
             m, exp512(_mm512_fmsub_ps(_mm512_maskz_loadu_ps(m, x + j), va, vb)));
         _mm512_mask_storeu_ps(x + j, m, e);
         s0 = _mm512_add_pd(s0, _mm512_cvtps_pd(_mm512_castps512_ps256(e)));
-        s1 = _mm512_add_pd(s1, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(e), 1))));
+        s1 = _mm512_add_pd(
+            s1, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(e), 1))));
     }
     return _mm512_reduce_add_pd(_mm512_add_pd(s0, s1));
 }
@@ -173,7 +174,8 @@ AF_TARGET_AVX512 static void swiglu_bwd_512(const float *dout, const float *gate
             const __m512 u = _mm512_maskz_loadu_ps(m, up + i);
             const __m512 ds = _mm512_fmadd_ps(g, _mm512_sub_ps(one, s), one);
             const __m512 v = _mm512_mul_ps(_mm512_mul_ps(_mm512_mul_ps(d, u), s), ds);
-            _mm512_mask_storeu_ps(dgate + i, m, _mm512_add_ps(_mm512_maskz_loadu_ps(m, dgate + i), v));
+            _mm512_mask_storeu_ps(dgate + i, m,
+                                  _mm512_add_ps(_mm512_maskz_loadu_ps(m, dgate + i), v));
         }
         if (dup) {
             const __m512 v = _mm512_mul_ps(_mm512_mul_ps(d, g), s);
