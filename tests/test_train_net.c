@@ -23,6 +23,8 @@
 #include "engine/model.h"
 #include "train/net.h"
 #include "train/ops.h"
+#include "train/vecmath.h"
+#include <omp.h>
 
 static char path_qwen[256], path_llama[256], path_q8[256];
 static struct model *m_qwen, *m_llama, *m_q8;
@@ -570,6 +572,72 @@ static void test_adapter_mismatch(void **state)
     assert_int_equal(mask, (1u << LORA_Q) | (1u << LORA_V));
 }
 
+/* Loss and every gradient of a full-training step of a model wide enough that the products,
+ * attention and elementwise passes all split between threads. */
+static void full_step(int threads, double *loss, float **grads, size_t *ngrad)
+{
+    struct model_hparams hp = {0};
+    hp.arch = MODEL_ARCH_LLAMA;
+    hp.n_vocab = 256;
+    hp.n_ctx_train = 512;
+    hp.n_embd = 128;
+    hp.n_layer = 2;
+    hp.n_head = 2;
+    hp.n_head_kv = 2;
+    hp.head_dim = 64;
+    hp.n_rot = 64;
+    hp.n_ff = 352;
+    hp.rms_eps = 1e-5f;
+    hp.rope_base = 10000.0f;
+    hp.rope_freq_scale = 1.0f;
+    hp.rope_style = ROPE_NORM;
+    char err[256];
+    struct train_net *n = NULL;
+    assert_int_equal(train_net_new_random(&hp, 7, 0.05f, 0, &n, err, sizeof err), 0);
+    enum { T = 300 };
+    int32_t tok[T];
+    for (int t = 0; t < T; t++)
+        tok[t] = (t * 37 + 11) % 256;
+    omp_set_num_threads(threads);
+    assert_int_equal(train_net_loss(n, tok, T, NULL, 1, loss, NULL, err, sizeof err), 0);
+    size_t np, total = 0;
+    const struct train_param *p = train_net_params_list(n, &np);
+    for (size_t i = 0; i < np; i++)
+        total += (size_t)p[i].n;
+    float *g = malloc(total * sizeof *g);
+    size_t off = 0;
+    for (size_t i = 0; i < np; i++) {
+        memcpy(g + off, p[i].g, (size_t)p[i].n * sizeof *g);
+        off += (size_t)p[i].n;
+    }
+    train_net_free(n);
+    *grads = g;
+    *ngrad = total;
+}
+
+/* With the AVX-512 kernels no sum depends on how work is split: one thread and two give the
+ * same bits, so a run resumes exactly on another thread count. */
+static void test_threads_same_bits(void **state)
+{
+    (void)state;
+    if (!train_avx512_enabled()) {
+        printf("skip: the plain kernels' OpenBLAS products depend on the thread count\n");
+        return;
+    }
+    const int saved = omp_get_max_threads();
+    double l1, l2;
+    float *g1, *g2;
+    size_t n1, n2;
+    full_step(1, &l1, &g1, &n1);
+    full_step(2, &l2, &g2, &n2);
+    omp_set_num_threads(saved);
+    assert_int_equal(n1, n2);
+    assert_memory_equal(&l1, &l2, sizeof l1);
+    assert_memory_equal(g1, g2, n1 * sizeof *g1);
+    free(g1);
+    free(g2);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -577,6 +645,7 @@ int main(void)
         cmocka_unit_test(test_lora_grads_chain_rule), cmocka_unit_test(test_lora_checkpoint_bits),
         cmocka_unit_test(test_lora_dropout_fd),       cmocka_unit_test(test_logprobs_with_without),
         cmocka_unit_test(test_merge_unmerge),         cmocka_unit_test(test_adapter_mismatch),
+        cmocka_unit_test(test_threads_same_bits),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
