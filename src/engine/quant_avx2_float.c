@@ -17,9 +17,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/simd_transpose.h"
+#include "core/xalloc.h"
 #include "engine/quant.h"
 #include "engine/quant_int.h"
-#include "core/xalloc.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -149,29 +150,6 @@ AF_TARGET_AVX2 static void row_to_f32(uint32_t t, const void *src, float *dst, i
     }
 }
 
-/* dst[c * lds + r] = src[r * ls + c] for an 8 x 8 block. */
-AF_TARGET_AVX2 static AF_INLINE void transpose8(const float *src, int64_t ls, float *dst,
-                                                int64_t lds)
-{
-    __m256 r[8], u[8], v[8];
-    for (int i = 0; i < 8; i++)
-        r[i] = _mm256_loadu_ps(src + i * ls);
-    for (int i = 0; i < 8; i += 2) {
-        u[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
-        u[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
-    }
-    for (int i = 0; i < 8; i += 4) {
-        v[i] = _mm256_shuffle_ps(u[i], u[i + 2], 0x44);
-        v[i + 1] = _mm256_shuffle_ps(u[i], u[i + 2], 0xEE);
-        v[i + 2] = _mm256_shuffle_ps(u[i + 1], u[i + 3], 0x44);
-        v[i + 3] = _mm256_shuffle_ps(u[i + 1], u[i + 3], 0xEE);
-    }
-    for (int i = 0; i < 4; i++) {
-        _mm256_storeu_ps(dst + i * lds, _mm256_permute2f128_ps(v[i], v[i + 4], 0x20));
-        _mm256_storeu_ps(dst + (i + 4) * lds, _mm256_permute2f128_ps(v[i], v[i + 4], 0x31));
-    }
-}
-
 /* Packs tokens [j0, j0 + nt) (nt <= 16) of X into p[k][16] as F32, zero past nt. */
 AF_TARGET_AVX2 static void pack_panel(uint32_t type, const char *X, size_t xbytes, int64_t k,
                                       int64_t j0, int64_t nt, float *p)
@@ -191,7 +169,7 @@ AF_TARGET_AVX2 static void pack_panel(uint32_t type, const char *X, size_t xbyte
         int64_t i = 0;
         for (; i + 8 <= kc; i += 8)
             for (int t = 0; t < GEMM_T; t += 8)
-                transpose8(row + t * 64 + i, 64, p + (k0 + i) * GEMM_T + t, GEMM_T);
+                af_transpose8x8(row + t * 64 + i, 64, p + (k0 + i) * GEMM_T + t, GEMM_T);
         for (; i < kc; i++)
             for (int t = 0; t < GEMM_T; t++)
                 p[(k0 + i) * GEMM_T + t] = row[t * 64 + i];

@@ -12,6 +12,8 @@
  * the result.
  */
 #include "train/gemm.h"
+
+#include "core/simd_transpose.h"
 #include "train/scratch.h"
 
 #include <stdlib.h>
@@ -73,29 +75,6 @@ AF_TARGET_AVX512 static void kernel_colmajor(int64_t kc, const float *a, int64_t
     kernel_12x32(kc, a, 1, lda, bp, bs, c, ldc, rows, m0, m1, add);
 }
 
-/* dst[i][lds] = src[0..8)[i] for i < 8: an 8x8 block transposed in registers. */
-AF_TARGET_AVX512 static inline __attribute__((always_inline)) void
-transpose8(const float *src, int64_t ls, float *dst, int64_t lds)
-{
-    __m256 r[8], u[8], v[8];
-    for (int i = 0; i < 8; i++)
-        r[i] = _mm256_loadu_ps(src + i * ls);
-    for (int i = 0; i < 8; i += 2) {
-        u[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
-        u[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
-    }
-    for (int i = 0; i < 8; i += 4) {
-        v[i] = _mm256_shuffle_ps(u[i], u[i + 2], 0x44);
-        v[i + 1] = _mm256_shuffle_ps(u[i], u[i + 2], 0xEE);
-        v[i + 2] = _mm256_shuffle_ps(u[i + 1], u[i + 3], 0x44);
-        v[i + 3] = _mm256_shuffle_ps(u[i + 1], u[i + 3], 0xEE);
-    }
-    for (int i = 0; i < 4; i++) {
-        _mm256_storeu_ps(dst + i * lds, _mm256_permute2f128_ps(v[i], v[i + 4], 0x20));
-        _mm256_storeu_ps(dst + (i + 4) * lds, _mm256_permute2f128_ps(v[i], v[i + 4], 0x31));
-    }
-}
-
 /* B_op rows p0..p0+kc, columns j0..j0+nc into [nc/32][kc][32] panels, zero-padded. tb: B is
  * stored [n][k]. */
 AF_TARGET_AVX512 static void pack_b(int tb, const float *b, int64_t ldb, int64_t p0, int64_t kc,
@@ -123,7 +102,7 @@ AF_TARGET_AVX512 static void pack_b(int tb, const float *b, int64_t ldb, int64_t
         for (; q + 8 <= cols; q += 8) {
             int64_t p = 0;
             for (; p + 8 <= kc; p += 8)
-                transpose8(src + q * ldb + p, ldb, dst + p * NR + q, NR);
+                af_transpose8x8(src + q * ldb + p, ldb, dst + p * NR + q, NR);
             for (; p < kc; p++)
                 for (int64_t r = 0; r < 8; r++)
                     dst[p * NR + q + r] = src[(q + r) * ldb + p];
