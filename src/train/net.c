@@ -81,7 +81,7 @@ struct train_net {
 struct train_net_params train_net_default_params(void)
 {
     struct train_net_params p = {0};
-    p.head_chunk = 64;
+    p.head_chunk = 0;
     return p;
 }
 
@@ -675,7 +675,10 @@ static int64_t widest_matrix(const struct model_hparams *hp)
 static void finish(struct train_net *n, int checkpoint, int64_t head_chunk)
 {
     n->checkpoint = checkpoint;
-    n->head_chunk = head_chunk > 0 ? head_chunk : 64;
+    /* auto: as many rows as fit 4M logits (16 MiB, twice with the gradient), at least 64;
+     * a byte vocabulary takes a whole sequence in one product, Qwen's 151,936 takes 64 rows */
+    const int64_t fit = ((int64_t)4 << 20) / (n->hp.n_vocab > 0 ? n->hp.n_vocab : 1);
+    n->head_chunk = head_chunk > 0 ? head_chunk : fit > 64 ? fit : 64;
     n->rope = net_rope(n);
     n->attn.n_head = n->hp.n_head;
     n->attn.n_head_kv = n->hp.n_head_kv;

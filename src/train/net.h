@@ -38,7 +38,7 @@ struct train_net_params {
     int full;                  /* 1: train every weight (F32 copies); 0: LoRA on frozen base */
     struct lora_adapter *lora; /* LoRA mode: the adapter trained (borrowed, outlives the net) */
     int checkpoint;            /* recompute activations in the backward */
-    int64_t head_chunk;        /* rows of logits computed at once; 0 = 64 */
+    int64_t head_chunk;        /* rows of logits computed at once; 0 = auto (4M logits, >= 64) */
 };
 struct train_net_params train_net_default_params(void);
 

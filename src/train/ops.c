@@ -230,10 +230,14 @@ void train_token_logprobs(const float *logits, int64_t T, int64_t V, const int32
 double train_xent_fwd_bwd(const float *logits, int64_t T, int64_t V, const int32_t *targets,
                           const float *weights, float *dlogits, float *logp)
 {
-    double loss = 0;
+    /* rows in parallel, each row's loss kept apart and summed in order afterwards, so the
+     * total does not depend on the thread count */
+    double *row_loss = train_scratch(TRAIN_SCRATCH_XENT, (size_t)(2 * T));
+#pragma omp parallel for schedule(static) if (T * V >= PAR_MIN)
     for (int64_t t = 0; t < T; t++) {
         const float *row = logits + t * V;
         const float w = weights ? weights[t] : 1.0f;
+        row_loss[t] = 0;
         if (w == 0.0f && !logp) {
             if (dlogits)
                 memset(dlogits + t * V, 0, (size_t)V * sizeof *dlogits);
@@ -244,7 +248,7 @@ double train_xent_fwd_bwd(const float *logits, int64_t T, int64_t V, const int32
         const double lp = (double)(row[targets[t]] - mx) - lse;
         if (logp)
             logp[t] = (float)lp;
-        loss -= (double)w * lp;
+        row_loss[t] = (double)w * lp;
         if (!dlogits)
             continue;
         float *dr = dlogits + t * V;
@@ -252,6 +256,9 @@ double train_xent_fwd_bwd(const float *logits, int64_t T, int64_t V, const int32
             dr[i] = w * (float)exp((double)(row[i] - mx) - lse);
         dr[targets[t]] -= w;
     }
+    double loss = 0;
+    for (int64_t t = 0; t < T; t++)
+        loss -= row_loss[t];
     return loss;
 }
 

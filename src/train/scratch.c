@@ -37,7 +37,7 @@ static void out_of_memory(size_t bytes)
     abort();
 }
 
-float *train_scratch(enum train_scratch_slot slot, size_t floats)
+void *train_scratch(enum train_scratch_slot slot, size_t floats)
 {
     pthread_once(&once, key_init);
     struct slots *s = pthread_getspecific(key);

@@ -15,12 +15,13 @@ enum train_scratch_slot {
     TRAIN_SCRATCH_ATTN_ROWS, /* attention: one block of query rows (per worker thread) */
     TRAIN_SCRATCH_ATTN_GRAD, /* attention backward: per-head dQ, dK, dV */
     TRAIN_SCRATCH_HEAD,      /* output head: a chunk of logits and their gradient */
+    TRAIN_SCRATCH_XENT,      /* cross-entropy: each row's loss */
     TRAIN_SCRATCH_N
 };
 
-/* At least `floats` floats, 64-byte aligned, contents undefined. Owned by the calling thread's
- * slot: valid until the next call for the same slot on the same thread, or the thread's end.
- * Aborts when memory runs out, as af_xmalloc does. */
-float *train_scratch(enum train_scratch_slot slot, size_t floats);
+/* At least `floats` floats (4-byte units; a caller may keep doubles there), 64-byte aligned,
+ * contents undefined. Owned by the calling thread's slot: valid until the next call for the same
+ * slot on the same thread, or the thread's end. Aborts when memory runs out, as af_xmalloc does. */
+void *train_scratch(enum train_scratch_slot slot, size_t floats);
 
 #endif
