@@ -301,27 +301,28 @@ static void sgemm_one(int ta, int tb, int64_t m, int64_t n, int64_t k, const flo
 }
 #endif
 
-/* 0: not decided yet; 1 AVX-512; 2 OpenBLAS; 3 the blocked driver. */
-static int backend_id(void)
+enum backend { BACKEND_UNKNOWN, BACKEND_AVX512, BACKEND_OPENBLAS, BACKEND_BLOCKED };
+
+static enum backend backend_id(void)
 {
-    static int id;
-    int v = __atomic_load_n(&id, __ATOMIC_ACQUIRE);
-    if (v)
+    static enum backend id;
+    enum backend v = __atomic_load_n(&id, __ATOMIC_ACQUIRE);
+    if (v != BACKEND_UNKNOWN)
         return v;
     const char *want = getenv("AGENTFLOW_TRAIN_GEMM"); /* for comparisons */
     if (want && !strcmp(want, "blocked"))
-        v = 3;
+        v = BACKEND_BLOCKED;
     else if (train_avx512_enabled() && !(want && !strcmp(want, "openblas")))
-        v = 1; /* AGENTFLOW_ISA=ref|avx2 keeps it out */
+        v = BACKEND_AVX512; /* AGENTFLOW_ISA=ref|avx2 keeps it out */
     else {
 #ifdef AF_HAVE_CBLAS
         /* OpenBLAS runs single-threaded inside OpenMP threads that each take a slice of C: its
          * own pthreads and OpenMP's spinning workers would otherwise fight over the cores
          * (measured: half the time in sched_yield on 2 cores). */
         openblas_set_num_threads(1);
-        v = 2;
+        v = BACKEND_OPENBLAS;
 #else
-        v = 3;
+        v = BACKEND_BLOCKED;
 #endif
     }
     __atomic_store_n(&id, v, __ATOMIC_RELEASE);
@@ -368,11 +369,11 @@ static void gemm_dispatch(int ta, int tb, int64_t m, int64_t n, int64_t k, const
                           const float *b, float *c, int accumulate)
 {
     switch (backend_id()) {
-    case 1:
+    case BACKEND_AVX512:
         gemm_sliced(train_gemm_avx512, 32, 1, ta, tb, m, n, k, a, b, c, accumulate);
         return;
 #ifdef AF_HAVE_CBLAS
-    case 2:
+    case BACKEND_OPENBLAS:
         gemm_sliced(sgemm_one, 16, 0, ta, tb, m, n, k, a, b, c, accumulate);
         return;
 #endif
@@ -403,7 +404,9 @@ void train_gemm_tn(int64_t m, int64_t n, int64_t k, const float *a, const float 
 
 const char *train_gemm_backend(void)
 {
-    static const char *const names[] = {"", "avx512", "openblas", "blocked"};
+    static const char *const names[] = {[BACKEND_AVX512] = "avx512",
+                                        [BACKEND_OPENBLAS] = "openblas",
+                                        [BACKEND_BLOCKED] = "blocked"};
     return names[backend_id()];
 }
 

@@ -26,6 +26,13 @@
 
 enum { MR = 12, NR = 32, KC = 256, NC = 512, DIRECT_MAX = 256 };
 
+/* Lanes of a 32-column panel's two halves that hold one of its `cols` columns. */
+static inline void panel_masks(int64_t cols, __mmask16 *m0, __mmask16 *m1)
+{
+    *m0 = (__mmask16)(cols >= 16 ? 0xFFFF : (1u << cols) - 1);
+    *m1 = (__mmask16)(cols >= 32 ? 0xFFFF : cols > 16 ? (1u << (cols - 16)) - 1 : 0);
+}
+
 /* c[rows][ldc] (+)= A(12 x kc) . bp (kc x 32); A(i, p) = a[i * rs + p * cs]. */
 AF_TARGET_AVX512 static inline __attribute__((always_inline)) void
 kernel_12x32(int64_t kc, const float *a, int64_t rs, int64_t cs, const float *bp, int64_t bs,
@@ -83,10 +90,8 @@ AF_TARGET_AVX512 static void pack_b(int tb, const float *b, int64_t ldb, int64_t
     for (int64_t j = 0; j < nc; j += NR, dst += kc * NR) {
         const int64_t cols = nc - j < NR ? nc - j : NR;
         if (!tb) {
-            const __mmask16 m0 = (__mmask16)(cols >= 16 ? 0xFFFF : (1u << cols) - 1);
-            const __mmask16 m1 = (__mmask16)(cols >= 32  ? 0xFFFF
-                                             : cols > 16 ? (1u << (cols - 16)) - 1
-                                                         : 0);
+            __mmask16 m0, m1;
+            panel_masks(cols, &m0, &m1);
             for (int64_t p = 0; p < kc; p++) {
                 const float *src = b + (p0 + p) * ldb + j0 + j;
                 _mm512_storeu_ps(dst + p * NR, _mm512_maskz_loadu_ps(m0, src));
@@ -154,10 +159,8 @@ AF_TARGET_AVX512 void train_gemm_avx512(int ta, int tb, int64_t m, int64_t n, in
                 }
                 for (int64_t j = 0; j < nc; j += NR) {
                     const int64_t cols = nc - j < NR ? nc - j : NR;
-                    const __mmask16 m0 = (__mmask16)(cols >= 16 ? 0xFFFF : (1u << cols) - 1);
-                    const __mmask16 m1 = (__mmask16)(cols >= 32  ? 0xFFFF
-                                                     : cols > 16 ? (1u << (cols - 16)) - 1
-                                                                 : 0);
+                    __mmask16 m0, m1;
+                    panel_masks(cols, &m0, &m1);
                     const float *bp = direct ? b + pc * ldb + jc + j : bpack + (j / NR) * kc * NR;
                     const int64_t bs = direct ? ldb : NR;
                     float *cp = c + i * ldc + jc + j;

@@ -79,9 +79,8 @@ void train_rmsnorm_bwd(const float *dy, const float *x, const float *g, const fl
     }
     if (!dg)
         return;
-        /* by columns, each summed over t in order as a single thread would */
 #pragma omp parallel if (T * n >= PAR_MIN)
-    {
+    { /* by columns, each summed over t in order as a single thread would */
         const int nt = omp_get_num_threads(), id = omp_get_thread_num();
         const int64_t per = (n + nt - 1) / nt, i0 = per * id, i1 = i0 + per < n ? i0 + per : n;
         for (int64_t t = 0; t < T; t++) {

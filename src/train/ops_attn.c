@@ -19,7 +19,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/xalloc.h"
 #include "train/gemm.h"
 #include "train/ops.h"
 #include "train/scratch.h"
