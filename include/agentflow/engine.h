@@ -41,6 +41,18 @@ char *af_engine_info_json(struct af_engine *e);
 int64_t af_engine_n_vocab(const struct af_engine *e);
 const char *af_engine_model_path(const struct af_engine *e);
 
+/* --- For the trainer (src/train/), which shares the engine's model --------------------- */
+struct model;
+struct lora_adapter;
+/* The loaded model (engine/model.h), borrowed for the engine's lifetime. */
+const struct model *af_engine_model(const struct af_engine *e);
+/* Makes every later call run with a copy of adapter l (engine/lora.h; shaped for this model),
+ * or with none when l is NULL. Waits for the call in progress, so no generation sees half of
+ * an update, and empties the prefix cache (its KV was computed with the old weights).
+ * AF_EINVAL when l's shape does not match the model. */
+AF_NODISCARD int af_engine_set_lora(struct af_engine *e, const struct lora_adapter *l, char *err,
+                                    size_t errlen);
+
 /* Token ids of text. *ids is malloc'd (caller frees). */
 AF_NODISCARD int af_engine_tokenize(struct af_engine *e, const char *text, int add_special,
                                     int parse_special, int32_t **ids, size_t *n_ids, char *err,

@@ -45,6 +45,11 @@ struct af_trace;
 
 /* Opens `path` for appending JSONL records (docs/TRACE.md). Owned: af_trace_close. */
 AF_NODISCARD int af_trace_open(const char *path, struct af_trace **out, char *err, size_t errlen);
+/* A sink that hands each record to fn instead of a file (a trainer collecting its rollouts).
+ * fn is called with the record (borrowed for the call) under the sink's lock, so calls never
+ * overlap. Owned: af_trace_close. */
+typedef void (*af_trace_fn)(void *user, const json_t *record);
+struct af_trace *af_trace_new_fn(af_trace_fn fn, void *user);
 /* Appends one record (a JSON object; borrowed). Safe from any thread. */
 int af_trace_write(struct af_trace *t, const json_t *record);
 void af_trace_close(struct af_trace *t);

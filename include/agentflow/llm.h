@@ -154,4 +154,11 @@ struct af_engine_params;
 struct af_llm *af_llm_gguf_new(const char *path, const struct af_engine_params *p, char *err,
                                size_t errlen);
 
+/* A back-end on an engine the caller loaded and keeps (borrowed: it must outlive the handle),
+ * for a trainer that changes the engine's adapter between batches (af_engine_set_lora).
+ * `name` (may be NULL: the model's path) is what replies and traces call it. Owned by the
+ * caller: af_llm_free, which leaves the engine alone. */
+struct af_engine;
+struct af_llm *af_llm_engine_new(struct af_engine *e, const char *name);
+
 #endif

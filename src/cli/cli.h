@@ -18,6 +18,8 @@ int cmd_eval(int argc, char **argv);
 int cmd_index(int argc, char **argv);
 int cmd_model(int argc, char **argv);
 int cmd_train(int argc, char **argv);
+/* `train grpo` (cmd_grpo.c); argv[0] is "grpo". */
+int cmd_train_grpo(int argc, char **argv);
 
 /* Maps an AF_E* code of a failed solve to an exit code. */
 int cli_exit_for(int af_err);

@@ -1,6 +1,6 @@
 /*
  * cmd_train.c - `agentflow train sft`: option parsing, the progress display and exit codes;
- * the loop itself is src/train/sft.c.
+ * the loop itself is src/train/sft.c. `train grpo` is cmd_grpo.c.
  */
 #include <getopt.h>
 #include <math.h>
@@ -19,6 +19,8 @@ static void train_usage(FILE *f)
 {
     fprintf(f,
             "usage: agentflow train sft --model BASE.gguf --data FILE.jsonl --out DIR [options]\n"
+            "       agentflow train grpo --model BASE.gguf --data DATA --out RUN [options]\n"
+            "       (Flow-GRPO: `agentflow train grpo --help`)\n"
             "\n"
             "Fine-tunes on chat JSONL ({\"messages\":[{\"role\",\"content\"},...]}, gzip ok) with\n"
             "the loss on assistant replies only. DIR gets metrics.jsonl, checkpoint-STEP/ and the\n"
@@ -316,6 +318,8 @@ int cmd_train(int argc, char **argv)
 {
     if (argc >= 2 && !strcmp(argv[1], "sft"))
         return do_sft(argc - 1, argv + 1);
+    if (argc >= 2 && !strcmp(argv[1], "grpo"))
+        return cmd_train_grpo(argc - 1, argv + 1);
     const int help = argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"));
     if (!help && argc >= 2)
         fprintf(stderr, "agentflow train: unknown subcommand '%s'\n", argv[1]);

@@ -19,7 +19,7 @@ static void usage(FILE *f)
                "  eval     score predictions against a benchmark\n"
                "  index    build or query the offline Wikipedia passage index\n"
                "  model    inspect, run, benchmark, quantize, merge or generate GGUF models\n"
-               "  train    fine-tune a model (sft: chat JSONL, LoRA or full)\n"
+               "  train    fine-tune a model (sft: chat JSONL; grpo: Flow-GRPO in the flow)\n"
                "  version  print the version\n"
                "\n"
                "Run 'agentflow COMMAND --help' for a command's options.\n");

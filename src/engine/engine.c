@@ -1,8 +1,8 @@
 /*
  * engine.c - the public engine API (agentflow/engine.h): a model, an optional LoRA adapter, one
  * forward context and a prefix cache behind a mutex; generation with sampling, stop strings and
- * streaming. The adapter is fixed at load, so every KV the prefix cache holds was computed with
- * it: one engine never mixes adapted and plain KV.
+ * streaming. The adapter is set at load, or replaced by the trainer (af_engine_set_lora), which
+ * empties the prefix cache: one engine never mixes KV computed with different weights.
  */
 #include "agentflow/engine.h"
 
@@ -32,6 +32,8 @@ struct af_engine {
     enum chat_template tmpl;
     char *default_system;
     float *logits; /* n_vocab */
+    int pc_seqs;   /* the prefix cache's limits, to make it anew */
+    size_t pc_bytes;
     pthread_mutex_t mu;
 };
 
@@ -103,7 +105,9 @@ int af_engine_load(const char *path, const struct af_engine_params *p, struct af
         n_ctx = 32768;
     e->fc = fwd_ctx_new(m, n_ctx, p->n_threads);
     fwd_ctx_set_lora(e->fc, e->lora);
-    e->pc = prefix_cache_new(m, p->prefix_cache_seqs, p->prefix_cache_bytes);
+    e->pc_seqs = p->prefix_cache_seqs;
+    e->pc_bytes = p->prefix_cache_bytes;
+    e->pc = prefix_cache_new(m, e->pc_seqs, e->pc_bytes);
     e->logits = af_xmalloc((size_t)m->hp.n_vocab * sizeof(float));
     pthread_mutex_init(&e->mu, NULL);
     *out = e;
@@ -123,6 +127,59 @@ void af_engine_free(struct af_engine *e)
     free(e->logits);
     pthread_mutex_destroy(&e->mu);
     free(e);
+}
+
+const struct model *af_engine_model(const struct af_engine *e)
+{
+    return e->m;
+}
+
+static int lora_same_shape(const struct lora_adapter *a, const struct lora_adapter *b)
+{
+    if (a->n_layer != b->n_layer || a->rank != b->rank || a->targets != b->targets ||
+        a->n_floats != b->n_floats)
+        return 0;
+    for (int64_t i = 0; i < a->n_layer * LORA_N_TARGETS; i++)
+        if (a->pairs[i].n_in != b->pairs[i].n_in || a->pairs[i].n_out != b->pairs[i].n_out)
+            return 0;
+    return 1;
+}
+
+int af_engine_set_lora(struct af_engine *e, const struct lora_adapter *l, char *err, size_t errlen)
+{
+    struct lora_adapter *copy = NULL;
+    if (l) {
+        if (l->n_layer != e->m->hp.n_layer) {
+            af_errf(err, errlen, "adapter of %lld layers for a model of %lld",
+                    (long long)l->n_layer, (long long)e->m->hp.n_layer);
+            return AF_EINVAL;
+        }
+        int rc = lora_new(&e->m->hp, l->rank, l->alpha, l->dropout, l->targets, &copy, err, errlen);
+        if (rc)
+            return rc;
+        if (!lora_same_shape(copy, l)) {
+            af_errf(err, errlen, "the adapter's matrices do not match this model's shapes");
+            lora_free(copy);
+            return AF_EINVAL;
+        }
+        copy->scale = l->scale;
+        memcpy(copy->data, l->data, l->n_floats * sizeof *l->data);
+    }
+    pthread_mutex_lock(&e->mu);
+    struct lora_adapter *old = e->lora;
+    e->lora = copy;
+    fwd_ctx_set_lora(e->fc, e->lora);
+    if (copy && !e->lora_dir)
+        e->lora_dir = af_xstrdup("(set in process)");
+    if (!copy) {
+        free(e->lora_dir);
+        e->lora_dir = NULL;
+    }
+    prefix_cache_free(e->pc);
+    e->pc = prefix_cache_new(e->m, e->pc_seqs, e->pc_bytes);
+    pthread_mutex_unlock(&e->mu);
+    lora_free(old);
+    return AF_OK;
 }
 
 int64_t af_engine_n_vocab(const struct af_engine *e)

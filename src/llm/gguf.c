@@ -32,7 +32,9 @@ static pthread_mutex_t shared_mu = PTHREAD_MUTEX_INITIALIZER;
 static struct shared_engine *shared_list;
 
 struct gguf_llm {
-    struct shared_engine *se;
+    struct shared_engine *se; /* NULL for a borrowed engine (af_llm_engine_new) */
+    struct af_engine *e;
+    char *spec; /* for messages */
     char *describe;
 };
 
@@ -90,7 +92,9 @@ static void shared_put(struct shared_engine *s)
 static void gguf_llm_free(void *self)
 {
     struct gguf_llm *g = self;
-    shared_put(g->se);
+    if (g->se)
+        shared_put(g->se);
+    free(g->spec);
     free(g->describe);
     free(g);
 }
@@ -126,7 +130,7 @@ static int fail(struct af_llm_reply *reply, int rc, const char *path, const char
 static int gguf_llm_chat(void *self, const struct af_llm_request *req, struct af_llm_reply *reply)
 {
     struct gguf_llm *g = self;
-    struct af_engine *e = g->se->e;
+    struct af_engine *e = g->e;
     char err[1024] = "";
     struct af_engine_msg *msgs = af_xcalloc(req->n_msgs ? req->n_msgs : 1, sizeof *msgs);
     for (size_t i = 0; i < req->n_msgs; i++) {
@@ -137,24 +141,24 @@ static int gguf_llm_chat(void *self, const struct af_llm_request *req, struct af
     int rc = af_engine_chat_prompt(e, msgs, req->n_msgs, &prompt, err, sizeof err);
     free(msgs);
     if (rc)
-        return fail(reply, rc, g->se->spec, err);
+        return fail(reply, rc, g->spec, err);
     int32_t *ids = NULL;
     size_t n_ids = 0;
     rc = af_engine_tokenize(e, prompt, 0, 1, &ids, &n_ids, err, sizeof err);
     free(prompt);
     if (rc)
-        return fail(reply, rc, g->se->spec, err);
+        return fail(reply, rc, g->spec, err);
     struct af_engine_gen_params p = gen_params(&req->sampling);
     struct af_engine_result res;
     rc = af_engine_generate(e, ids, n_ids, &p, &res, err, sizeof err);
     if (rc) {
         free(ids);
         af_engine_result_deinit(&res);
-        return fail(reply, AF_EBACKEND, g->se->spec, err);
+        return fail(reply, AF_EBACKEND, g->spec, err);
     }
     reply->text = res.text;
     res.text = NULL;
-    reply->model = af_xstrdup(g->se->spec);
+    reply->model = af_xstrdup(g->spec);
     reply->finish_reason = af_xstrdup(res.finish_reason ? res.finish_reason : "stop");
     reply->prompt_tokens = (int64_t)n_ids;
     reply->completion_tokens = (int64_t)res.n_ids;
@@ -233,8 +237,21 @@ struct af_llm *af_llm_gguf_new(const char *spec, const struct af_engine_params *
         return NULL;
     struct gguf_llm *g = af_xcalloc(1, sizeof *g);
     g->se = se;
+    g->e = se->e;
+    g->spec = af_xstrdup(se->spec);
     n = strlen(se->spec) + 6;
     g->describe = af_xmalloc(n);
     snprintf(g->describe, n, "gguf:%s", se->spec);
+    return af_llm_new_custom(&gguf_ops, g);
+}
+
+struct af_llm *af_llm_engine_new(struct af_engine *e, const char *name)
+{
+    struct gguf_llm *g = af_xcalloc(1, sizeof *g);
+    g->e = e;
+    g->spec = af_xstrdup(name ? name : af_engine_model_path(e));
+    size_t n = strlen(g->spec) + 6;
+    g->describe = af_xmalloc(n);
+    snprintf(g->describe, n, "gguf:%s", g->spec);
     return af_llm_new_custom(&gguf_ops, g);
 }

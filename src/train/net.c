@@ -576,8 +576,8 @@ static int check_tokens(const struct train_net *n, const int32_t *tokens, int64_
     return AF_OK;
 }
 
-static double run(struct train_net *n, const int32_t *tokens, int64_t T, const float *w,
-                  int backward, int use_adapter, float *logp)
+static double run(struct train_net *n, const int32_t *tokens, int64_t T,
+                  const struct train_xent_opts *xo, int backward, int use_adapter)
 {
     const struct model_hparams *hp = &n->hp;
     const int64_t d = hp->n_embd, L = hp->n_layer;
@@ -590,8 +590,8 @@ static double run(struct train_net *n, const int32_t *tokens, int64_t T, const f
         layer_fwd(n, il, T, use_adapter);
     train_rmsnorm_fwd(a->x + L * T * d, n->output_norm, T, d, hp->rms_eps, a->xnf, a->rstdf);
     if (!backward)
-        return train_head_xent(a->xnf, n->output_f32, T - 1, d, hp->n_vocab, tokens + 1, w,
-                               n->head_chunk, NULL, NULL, logp);
+        return train_head_xent_ex(a->xnf, n->output_f32, T - 1, d, hp->n_vocab, tokens + 1, xo,
+                                  n->head_chunk, NULL, NULL);
     const int64_t ff = hp->n_ff, qd = hp->n_head * hp->head_dim, kvd = hp->n_head_kv * hp->head_dim;
     struct bwd b = {0};
     const size_t need = (size_t)(T * (3 * d + 3 * ff + 2 * qd + 2 * kvd));
@@ -612,8 +612,8 @@ static double run(struct train_net *n, const int32_t *tokens, int64_t T, const f
     /* the head and the final norm add into these; every other slot is set before it is read */
     memset(b.dx, 0, (size_t)(T * d) * sizeof(float));
     memset(b.dxn, 0, (size_t)(T * d) * sizeof(float));
-    const double loss = train_head_xent(a->xnf, n->output_f32, T - 1, d, hp->n_vocab, tokens + 1, w,
-                                        n->head_chunk, b.dxn, n->g_output, logp);
+    const double loss = train_head_xent_ex(a->xnf, n->output_f32, T - 1, d, hp->n_vocab, tokens + 1,
+                                           xo, n->head_chunk, b.dxn, n->g_output);
     train_rmsnorm_bwd(b.dxn, a->x + L * T * d, n->output_norm, a->rstdf, T, d, b.dx,
                       n->g_output_norm);
     for (int64_t il = L - 1; il >= 0; il--) {
@@ -624,6 +624,52 @@ static double run(struct train_net *n, const int32_t *tokens, int64_t T, const f
     if (n->g_tok_embd)
         train_embed_bwd(b.dx, tokens, T, d, n->g_tok_embd);
     return loss;
+}
+
+struct train_net_seq_opts train_net_seq_default_opts(void)
+{
+    struct train_net_seq_opts o = {0};
+    o.use_adapter = 1;
+    o.temperature = 1.0f;
+    return o;
+}
+
+int train_net_seq(struct train_net *n, const int32_t *tokens, int64_t T,
+                  const struct train_net_seq_opts *o, double *loss, char *err, size_t errlen)
+{
+    int rc = check_tokens(n, tokens, T, err, errlen);
+    if (rc)
+        return rc;
+    if (!o->use_adapter && n->full) {
+        af_errf(err, errlen, "a fully trained net has no base model to score without it");
+        return AF_EINVAL;
+    }
+    if (!(o->temperature > 0.0f) || !isfinite(o->temperature)) {
+        af_errf(err, errlen, "temperature %g: must be a finite number > 0", (double)o->temperature);
+        return AF_EINVAL;
+    }
+    if (o->backward && !o->use_adapter) {
+        af_errf(err, errlen, "no gradients without the adapter: the base model is frozen");
+        return AF_EINVAL;
+    }
+    struct train_xent_opts xo = train_xent_default_opts();
+    xo.weights = o->weights;
+    xo.wfn = o->wfn;
+    xo.wuser = o->wuser;
+    xo.inv_temp = o->temperature == 1.0f ? 1.0f : 1.0f / o->temperature;
+    xo.t_begin = o->t_begin;
+    xo.logp = o->logp;
+    xo.entropy = o->entropy;
+    float *zero = NULL;
+    if (!o->weights && !o->wfn) { /* no weights: score only */
+        zero = af_xcalloc((size_t)(T - 1), sizeof *zero);
+        xo.weights = zero;
+    }
+    const double l = run(n, tokens, T, &xo, o->backward, o->use_adapter);
+    if (loss)
+        *loss = l;
+    free(zero);
+    return AF_OK;
 }
 
 int train_net_loss(struct train_net *n, const int32_t *tokens, int64_t T, const float *weights,
@@ -638,7 +684,10 @@ int train_net_loss(struct train_net *n, const int32_t *tokens, int64_t T, const 
         for (int64_t t = 0; t < T - 1; t++)
             w[t] = 1.0f / (float)(T - 1);
     }
-    *loss = run(n, tokens, T, weights ? weights : w, backward, 1, logp);
+    struct train_xent_opts xo = train_xent_default_opts();
+    xo.weights = weights ? weights : w;
+    xo.logp = logp;
+    *loss = run(n, tokens, T, &xo, backward, 1);
     free(w);
     return AF_OK;
 }
@@ -654,7 +703,10 @@ int train_net_logprobs(struct train_net *n, const int32_t *tokens, int64_t T, in
         return AF_EINVAL;
     }
     float *w = af_xcalloc((size_t)(T - 1), sizeof *w);
-    (void)run(n, tokens, T, w, 0, use_adapter, logp);
+    struct train_xent_opts xo = train_xent_default_opts();
+    xo.weights = w;
+    xo.logp = logp;
+    (void)run(n, tokens, T, &xo, 0, use_adapter);
     free(w);
     return AF_OK;
 }

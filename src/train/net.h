@@ -32,6 +32,7 @@
 #include "agentflow/err.h"
 #include "engine/lora.h"
 #include "engine/model.h"
+#include "train/ops.h"
 #include "train/optim.h"
 
 struct train_net_params {
@@ -77,6 +78,32 @@ AF_NODISCARD int train_net_loss(struct train_net *n, const int32_t *tokens, int6
  * base model alone (0; in full mode the trained weights are the only ones, so it must be 1). */
 AF_NODISCARD int train_net_logprobs(struct train_net *n, const int32_t *tokens, int64_t T,
                                     int use_adapter, float *logp, char *err, size_t errlen);
+
+/* One sequence with every option the RL trainer needs (train_net_loss and
+ * train_net_logprobs are the two plain cases):
+ *  - temperature: log-probs of softmax(logits / temperature), the engine's sampling
+ *    distribution, with the gradient through the 1/temperature;
+ *  - weights [T-1], or wfn: a per-token weight computed from that token's own log-prob
+ *    (ops.h, train_weight_fn), so the clipped surrogate needs one forward, not two; neither:
+ *    no loss (scoring only);
+ *  - t_begin: predictions before it (the prompt) are skipped in the output head;
+ *  - logp, entropy [T-1] outputs (NULL: not wanted); positions before t_begin untouched.
+ * With backward set the gradients are ADDED to (needs use_adapter). *loss may be NULL. */
+struct train_net_seq_opts {
+    int backward;
+    int use_adapter; /* 0: the base model (the RL reference policy); LoRA mode only */
+    float temperature;
+    const float *weights;
+    train_weight_fn wfn;
+    void *wuser;
+    int64_t t_begin;
+    float *logp, *entropy;
+};
+/* backward 0, use_adapter 1, temperature 1, no weights, every position, no outputs. */
+struct train_net_seq_opts train_net_seq_default_opts(void);
+AF_NODISCARD int train_net_seq(struct train_net *n, const int32_t *tokens, int64_t T,
+                               const struct train_net_seq_opts *o, double *loss, char *err,
+                               size_t errlen);
 
 /* Floating-point operations of one forward + backward of T tokens (matmuls and attention), for
  * the benchmark's GFLOP/s. */

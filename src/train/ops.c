@@ -8,6 +8,7 @@
 
 #include <math.h>
 #include <omp.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -226,34 +227,56 @@ void train_token_logprobs(const float *logits, int64_t T, int64_t V, const int32
     }
 }
 
-double train_xent_fwd_bwd(const float *logits, int64_t T, int64_t V, const int32_t *targets,
-                          const float *weights, float *dlogits, float *logp)
+/* The rows [0, T) of one chunk; row t is row t0 + t of the caller's arrays (targets are the
+ * chunk's own). Logits are scaled by inv_temp in place first, so at inv_temp 1 the bits are
+ * those of the plain log-softmax. */
+static double xent_rows(float *logits, int64_t T, int64_t V, const int32_t *targets,
+                        const struct train_xent_opts *o, int64_t t0, float *dlogits)
 {
-    /* rows in parallel, each row's loss kept apart and summed in order afterwards, so the
-     * total does not depend on the thread count */
+    const float it = o->inv_temp;
     double *row_loss = train_scratch(TRAIN_SCRATCH_XENT, (size_t)(2 * T));
 #pragma omp parallel for schedule(static) if (T * V >= PAR_MIN)
     for (int64_t t = 0; t < T; t++) {
-        const float *row = logits + t * V;
-        const float w = weights ? weights[t] : 1.0f;
+        float *row = logits + t * V;
+        const int64_t tg = t0 + t;
         row_loss[t] = 0;
-        if (w == 0.0f && !logp) {
+        float w = o->wfn ? 0.0f : o->weights ? o->weights[tg] : 1.0f;
+        if (!o->wfn && w == 0.0f && !o->logp && !o->entropy) {
             if (dlogits)
                 memset(dlogits + t * V, 0, (size_t)V * sizeof *dlogits);
             continue;
         }
+        if (it != 1.0f)
+            for (int64_t i = 0; i < V; i++)
+                row[i] *= it;
         float mx;
         const double lse = row_lse(row, V, &mx);
         const double lp = (double)(row[targets[t]] - mx) - lse;
-        if (logp)
-            logp[t] = (float)lp;
+        if (o->logp)
+            o->logp[tg] = (float)lp;
+        if (o->wfn)
+            w = o->wfn(o->wuser, tg, (float)lp);
         row_loss[t] = (double)w * lp;
+        if (o->entropy) { /* H = lse - Σ p (z - mx) */
+            double pz = 0;
+            for (int64_t i = 0; i < V; i++) {
+                const double zi = (double)(row[i] - mx);
+                pz += exp(zi - lse) * zi;
+            }
+            o->entropy[tg] = (float)(lse - pz);
+        }
         if (!dlogits)
             continue;
+        /* ∂/∂logits = inv_temp · ∂/∂z */
+        const float wd = w * it;
         float *dr = dlogits + t * V;
+        if (w == 0.0f) {
+            memset(dr, 0, (size_t)V * sizeof *dr);
+            continue;
+        }
         for (int64_t i = 0; i < V; i++)
-            dr[i] = w * (float)exp((double)(row[i] - mx) - lse);
-        dr[targets[t]] -= w;
+            dr[i] = wd * (float)exp((double)(row[i] - mx) - lse);
+        dr[targets[t]] -= wd;
     }
     double loss = 0;
     for (int64_t t = 0; t < T; t++)
@@ -261,26 +284,53 @@ double train_xent_fwd_bwd(const float *logits, int64_t T, int64_t V, const int32
     return loss;
 }
 
-double train_head_xent(const float *xn, const float *w, int64_t T, int64_t d, int64_t V,
-                       const int32_t *targets, const float *weights, int64_t chunk, float *dxn,
-                       float *dw, float *logp)
+struct train_xent_opts train_xent_default_opts(void)
 {
-    if (chunk <= 0 || chunk > T)
-        chunk = T;
+    struct train_xent_opts o = {0};
+    o.inv_temp = 1.0f;
+    return o;
+}
+
+double train_xent_fwd_bwd(const float *logits, int64_t T, int64_t V, const int32_t *targets,
+                          const float *weights, float *dlogits, float *logp)
+{
+    struct train_xent_opts o = train_xent_default_opts();
+    o.weights = weights;
+    o.logp = logp;
+    /* inv_temp 1 leaves the logits untouched */
+    return xent_rows((float *)(uintptr_t)logits, T, V, targets, &o, 0, dlogits);
+}
+
+double train_head_xent_ex(const float *xn, const float *w, int64_t T, int64_t d, int64_t V,
+                          const int32_t *targets, const struct train_xent_opts *o, int64_t chunk,
+                          float *dxn, float *dw)
+{
+    const int64_t tb = o->t_begin > 0 ? (o->t_begin < T ? o->t_begin : T) : 0;
+    if (chunk <= 0 || chunk > T - tb)
+        chunk = T - tb > 0 ? T - tb : 1;
     float *logits = train_scratch(TRAIN_SCRATCH_HEAD, (size_t)(2 * chunk * V));
     float *dlog = (dxn || dw) ? logits + chunk * V : NULL;
     double loss = 0;
-    for (int64_t t0 = 0; t0 < T; t0 += chunk) {
+    for (int64_t t0 = tb; t0 < T; t0 += chunk) {
         const int64_t n = T - t0 < chunk ? T - t0 : chunk;
         train_gemm_nt(n, V, d, xn + t0 * d, w, logits, 0);
-        loss += train_xent_fwd_bwd(logits, n, V, targets + t0, weights ? weights + t0 : NULL, dlog,
-                                   logp ? logp + t0 : NULL);
+        loss += xent_rows(logits, n, V, targets + t0, o, t0, dlog);
         if (dxn)
             train_gemm_nn(n, d, V, dlog, w, dxn + t0 * d, 1);
         if (dw)
             train_gemm_tn(V, d, n, dlog, xn + t0 * d, dw, 1);
     }
     return loss;
+}
+
+double train_head_xent(const float *xn, const float *w, int64_t T, int64_t d, int64_t V,
+                       const int32_t *targets, const float *weights, int64_t chunk, float *dxn,
+                       float *dw, float *logp)
+{
+    struct train_xent_opts o = train_xent_default_opts();
+    o.weights = weights;
+    o.logp = logp;
+    return train_head_xent_ex(xn, w, T, d, V, targets, &o, chunk, dxn, dw);
 }
 
 /* ---- The tiny model --------------------------------------------------------------------- */

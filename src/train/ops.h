@@ -110,6 +110,32 @@ double train_head_xent(const float *xn, const float *w, int64_t T, int64_t d, in
                        const int32_t *targets, const float *weights, int64_t chunk, float *dxn,
                        float *dw, float *logp);
 
+/* The general form of the head's loss, for the RL trainer:
+ *  - logits are divided by a temperature (inv_temp = 1/T), so log-probs are those of the
+ *    distribution the engine sampled from, and the gradient carries the 1/T;
+ *  - a row's weight may come from a function of its own log-prob (the clipped surrogate's
+ *    per-token coefficient), called once per row from any OpenMP thread, so it must only
+ *    read shared data or write row t's own slots;
+ *  - rows before t_begin (a prompt) are skipped: no logits, no gradient, logp untouched;
+ *  - entropy [T] (or NULL) gets each row's entropy of softmax(logits / T).
+ * Arrays are indexed by the row's position in the whole sequence. */
+typedef float (*train_weight_fn)(void *user, int64_t t, float logp);
+struct train_xent_opts {
+    const float *weights; /* [T], NULL = all 1; ignored when wfn is set */
+    train_weight_fn wfn;
+    void *wuser;
+    float inv_temp;  /* 1 = plain log-softmax */
+    int64_t t_begin; /* first row computed */
+    float *logp;     /* [T] or NULL */
+    float *entropy;  /* [T] or NULL */
+};
+/* No weights (all 1), inv_temp 1, every row, no outputs. */
+struct train_xent_opts train_xent_default_opts(void);
+/* train_head_xent with the options above; at the defaults the two give the same bits. */
+double train_head_xent_ex(const float *xn, const float *w, int64_t T, int64_t d, int64_t V,
+                          const int32_t *targets, const struct train_xent_opts *o, int64_t chunk,
+                          float *dxn, float *dw);
+
 /* ---- A whole tiny model (tests and full training of small models) --------------------------
  * Every parameter is F32, in one allocation; struct train_tiny_layer points into it. */
 struct train_tiny_cfg {

@@ -25,6 +25,7 @@
 #include "train/ckpt.h"
 #include "train/net.h"
 #include "train/rng.h"
+#include "train/runlog.h"
 #include "train/sft_data.h"
 
 struct train_sft_opts train_sft_default_opts(void)
@@ -97,34 +98,6 @@ static char *settings_json(const struct run *r)
     return text;
 }
 
-/* Names the first setting that differs between a checkpoint's and this run's. */
-static int settings_match(const char *saved, const char *now, char *err, size_t errlen)
-{
-    json_t *a = json_loads(saved, 0, NULL), *b = json_loads(now, 0, NULL);
-    int rc = AF_OK;
-    const char *key;
-    json_t *v;
-    json_object_foreach(b, key, v)
-    {
-        json_t *w = json_object_get(a, key);
-        if (!w || !json_equal(v, w)) {
-            char *sv = w ? json_dumps(w, JSON_ENCODE_ANY) : NULL,
-                 *nv = json_dumps(v, JSON_ENCODE_ANY);
-            af_errf(err, errlen,
-                    "--resume: setting '%s' is %s now but %s in the checkpoint; resume with the "
-                    "same settings (only --steps may change)",
-                    key, nv ? nv : "?", sv ? sv : "absent");
-            free(sv);
-            free(nv);
-            rc = AF_EINVAL;
-            break;
-        }
-    }
-    json_decref(a);
-    json_decref(b);
-    return rc;
-}
-
 static void shuffle_epoch(struct run *r)
 {
     const int64_t n = (int64_t)r->data->n;
@@ -142,14 +115,6 @@ static const struct sft_example *next_example(struct run *r)
         shuffle_epoch(r);
     }
     return &r->data->ex[r->perm[r->st.pos++]];
-}
-
-static uint64_t mix(uint64_t a, uint64_t b)
-{
-    uint64_t z = a * 0x9e3779b97f4a7c15ull ^ (b + 0x632be59bd9b4e019ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
 }
 
 /* One optimiser step; fills s. */
@@ -174,7 +139,7 @@ static int step_once(struct run *r, struct train_sft_step *s, char *err, size_t 
         float *w = af_xmalloc((size_t)(T - 1) * sizeof *w);
         for (int64_t t = 0; t < T - 1; t++)
             w[t] = ex[i]->target[t + 1] ? 1.0f / (float)n_target : 0.0f;
-        train_net_set_dropout_seed(r->net, mix(o->seed, (uint64_t)(r->st.step * nseq + i)));
+        train_net_set_dropout_seed(r->net, train_mix(o->seed, (uint64_t)(r->st.step * nseq + i)));
         double l = 0;
         rc = train_net_loss(r->net, ex[i]->tokens, T, w, 1, &l, NULL, err, errlen);
         loss += l;
@@ -216,33 +181,6 @@ static int log_step(struct run *r, const struct train_sft_step *s, char *err, si
     free(line);
     if (rc)
         af_errf(err, errlen, "%s/metrics.jsonl: cannot append", r->o->out_dir);
-    return rc;
-}
-
-/* Keeps the metrics lines of steps <= step (a resume drops the ones after its checkpoint). */
-static int trim_metrics(const char *path, int64_t step, char *err, size_t errlen)
-{
-    char *text = NULL;
-    size_t len = 0;
-    if (af_file_read(path, (size_t)1 << 30, &text, &len, NULL, 0) != AF_OK)
-        return AF_OK; /* none yet */
-    char *out = af_xmalloc(len + 1);
-    size_t olen = 0;
-    for (char *p = text; *p;) {
-        char *nl = strchr(p, '\n');
-        size_t l = nl ? (size_t)(nl - p) : strlen(p);
-        json_t *o = json_loadb(p, l, 0, NULL);
-        json_int_t s = o ? json_integer_value(json_object_get(o, "step")) : 0;
-        json_decref(o);
-        if (o && nl && s <= step) { /* a torn last line has no newline: dropped */
-            memcpy(out + olen, p, l + 1);
-            olen += l + 1;
-        }
-        p += l + (nl ? 1 : 0);
-    }
-    int rc = af_file_write_atomic(path, out, olen, err, errlen);
-    free(out);
-    free(text);
     return rc;
 }
 
@@ -379,7 +317,7 @@ static int start_or_resume(struct run *r, char *err, size_t errlen)
                     o->out_dir, (long long)latest);
             return AF_EINVAL;
         }
-        train_rng_seed(&r->rng, mix(o->seed, 0x5eedull));
+        train_rng_seed(&r->rng, train_mix(o->seed, 0x5eedull));
         shuffle_epoch(r);
         return AF_OK;
     }
@@ -391,7 +329,7 @@ static int start_or_resume(struct run *r, char *err, size_t errlen)
     int rc = ckpt_read_settings(o->out_dir, latest, &prev, err, errlen);
     if (rc)
         return rc;
-    rc = settings_match(prev, r->st.settings_json, err, errlen);
+    rc = train_settings_match(prev, r->st.settings_json, err, errlen);
     free(prev);
     if (rc)
         return rc;
@@ -419,7 +357,7 @@ static int start_or_resume(struct run *r, char *err, size_t errlen)
          (long long)latest, (long long)r->st.epoch, (long long)r->st.pos);
     char path[4096];
     snprintf(path, sizeof path, "%s/metrics.jsonl", o->out_dir);
-    return trim_metrics(path, r->st.step, err, errlen);
+    return train_metrics_trim(path, r->st.step, err, errlen);
 }
 
 int train_sft_run(const struct train_sft_opts *o, char *err, size_t errlen)

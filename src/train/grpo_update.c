@@ -1,0 +1,201 @@
+/*
+ * grpo_update.c - Flow-GRPO's policy update (grpo_int.h): the old and reference log-probs of
+ * every planner turn, then PPO epochs over mini-batches of turns with the clipped surrogate and
+ * the k3 KL penalty (grpo_loss.h), one sequence at a time through the training network.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/clock.h"
+#include "core/errf.h"
+#include "core/xalloc.h"
+#include "train/grpo_int.h"
+#include "train/rng.h"
+
+/* The response's log-probs [n_resp] under the current adapter weights (or the base model). */
+static int score_turn(struct train_net *net, const struct grpo_turn *u, float temperature,
+                      int use_adapter, float *out, char *err, size_t errlen)
+{
+    const int64_t T = u->n_prompt + u->n_resp;
+    float *lp = af_xmalloc((size_t)(T - 1) * sizeof *lp);
+    struct train_net_seq_opts so = train_net_seq_default_opts();
+    so.use_adapter = use_adapter;
+    so.temperature = temperature;
+    so.t_begin = u->n_prompt - 1;
+    so.logp = lp;
+    int rc = train_net_seq(net, u->ids, T, &so, NULL, err, errlen);
+    if (!rc)
+        memcpy(out, lp + u->n_prompt - 1, (size_t)u->n_resp * sizeof *out);
+    free(lp);
+    return rc;
+}
+
+/* Per-token state of one turn's backward, written by the weight callback at each token's own
+ * index (the callback runs on OpenMP threads). */
+struct tokctx {
+    const struct grpo_hp *hp;
+    const struct grpo_turn *u;
+    double coef;
+    int64_t off;
+    struct grpo_tok *tok; /* [n_resp] */
+};
+
+static float weight_of(void *user, int64_t t, float logp)
+{
+    struct tokctx *c = user;
+    const int64_t j = t - c->off;
+    if (j < 0 || j >= c->u->n_resp)
+        return 0.0f;
+    grpo_token(c->hp, logp, c->u->logp_old[j], c->u->logp_ref[j], c->u->adv, &c->tok[j]);
+    /* train_net adds w·(−logp): w = −coef·dℓ/dlogp makes its gradient that of coef·ℓ */
+    return (float)(-c->coef * c->tok[j].dlogp);
+}
+
+static int reference(const struct grpo_update_req *q, struct grpo_turn *turns, size_t n, char *err,
+                     size_t errlen)
+{
+    int rc = AF_OK;
+    if (q->hp.kl_coef == 0.0f) { /* the term is zero: no need to compute it */
+        for (size_t k = 0; k < n; k++)
+            memcpy(turns[k].logp_ref, turns[k].logp_old, (size_t)turns[k].n_resp * sizeof(float));
+        return AF_OK;
+    }
+    float *saved = NULL;
+    if (q->ref_lora) {
+        saved = af_xmalloc(q->lora_floats * sizeof *saved);
+        memcpy(saved, q->cur_lora, q->lora_floats * sizeof *saved);
+        memcpy(q->cur_lora, q->ref_lora, q->lora_floats * sizeof *saved);
+    }
+    for (size_t k = 0; k < n && !rc; k++)
+        rc = score_turn(q->net, &turns[k], q->temperature, q->ref_lora != NULL, turns[k].logp_ref,
+                        err, errlen);
+    if (saved) {
+        memcpy(q->cur_lora, saved, q->lora_floats * sizeof *saved);
+        free(saved);
+    }
+    return rc;
+}
+
+static int minibatch(const struct grpo_update_req *q, struct grpo_turn *turns, const int64_t *idx,
+                     size_t m, int first, struct grpo_update_stats *st, char *err, size_t errlen)
+{
+    int64_t *ntok = af_xmalloc(m * sizeof *ntok), *traj = af_xmalloc(m * sizeof *traj);
+    double *coef = af_xmalloc(m * sizeof *coef);
+    for (size_t k = 0; k < m; k++) {
+        ntok[k] = turns[idx[k]].n_resp;
+        traj[k] = turns[idx[k]].traj;
+    }
+    grpo_agg_coefs(q->agg, m, ntok, traj, coef);
+    double t0 = af_clock_ms();
+    train_grads_zero(q->params, q->np);
+    int rc = AF_OK;
+    double loss = 0;
+    for (size_t k = 0; k < m && !rc; k++) {
+        const struct grpo_turn *u = &turns[idx[k]];
+        st->tokens += u->n_resp;
+        if (u->adv == 0.0f && q->hp.kl_coef == 0.0f)
+            continue; /* no gradient: the loss is 0 whatever the weights */
+        const int64_t T = u->n_prompt + u->n_resp;
+        struct tokctx c = {&q->hp, u, coef[k], u->n_prompt - 1, NULL};
+        c.tok = af_xcalloc((size_t)u->n_resp, sizeof *c.tok);
+        float *ent = af_xmalloc((size_t)(T - 1) * sizeof *ent);
+        struct train_net_seq_opts so = train_net_seq_default_opts();
+        so.backward = 1;
+        so.temperature = q->temperature;
+        so.wfn = weight_of;
+        so.wuser = &c;
+        so.t_begin = u->n_prompt - 1;
+        so.entropy = ent;
+        rc = train_net_seq(q->net, u->ids, T, &so, NULL, err, errlen);
+        for (int64_t j = 0; j < u->n_resp && !rc; j++) {
+            const struct grpo_tok *tk = &c.tok[j];
+            loss += coef[k] * tk->loss;
+            st->kl += tk->kl;
+            st->ratio += tk->ratio;
+            st->clip_low += tk->clipped_low;
+            st->clip_high += tk->clipped_high;
+            st->entropy += (double)ent[u->n_prompt - 1 + j];
+            if (first && fabs(tk->ratio - 1.0) > st->first_ratio_maxdev)
+                st->first_ratio_maxdev = fabs(tk->ratio - 1.0);
+        }
+        st->evaluated += u->n_resp;
+        free(ent);
+        free(c.tok);
+    }
+    free(ntok);
+    free(traj);
+    free(coef);
+    st->bwd_s += (af_clock_ms() - t0) / 1000.0;
+    if (rc)
+        return rc;
+    t0 = af_clock_ms();
+    st->loss += loss;
+    st->opt_steps++;
+    if (train_grads_nonfinite(q->params, q->np)) {
+        st->skipped++;
+        st->grad_norm = NAN;
+    } else {
+        st->grad_norm = train_clip_grad_norm(q->params, q->np, (double)q->clip);
+        train_adamw_step(q->opt, q->params, q->np, q->adamw, q->lr);
+    }
+    st->opt_s += (af_clock_ms() - t0) / 1000.0;
+    return AF_OK;
+}
+
+int grpo_update(const struct grpo_update_req *q, struct grpo_turn *turns, size_t n,
+                struct grpo_update_stats *st, char *err, size_t errlen)
+{
+    memset(st, 0, sizeof *st);
+    if (n == 0)
+        return AF_OK;
+    int rc = AF_OK;
+    double t0 = af_clock_ms();
+    double mism = 0;
+    int64_t all = 0;
+    for (size_t k = 0; k < n && !rc; k++) {
+        struct grpo_turn *u = &turns[k];
+        u->logp_old = af_xmalloc((size_t)u->n_resp * sizeof(float));
+        u->logp_ref = af_xmalloc((size_t)u->n_resp * sizeof(float));
+        rc = score_turn(q->net, u, q->temperature, 1, u->logp_old, err, errlen);
+        for (int64_t j = 0; j < u->n_resp && !rc; j++)
+            mism += fabs((double)u->logp_engine[j] - (double)u->logp_old[j]);
+        all += u->n_resp;
+    }
+    st->old_s = (af_clock_ms() - t0) / 1000.0;
+    st->logp_mismatch = all ? mism / (double)all : 0;
+    if (rc)
+        return rc;
+    t0 = af_clock_ms();
+    if ((rc = reference(q, turns, n, err, errlen)))
+        return rc;
+    st->ref_s = (af_clock_ms() - t0) / 1000.0;
+
+    int64_t *order = af_xmalloc(n * sizeof *order);
+    const size_t mb = q->mini_batch > 0 && (size_t)q->mini_batch < n ? (size_t)q->mini_batch : n;
+    for (int e = 0; e < q->ppo_epochs && !rc; e++) {
+        for (size_t k = 0; k < n; k++)
+            order[k] = (int64_t)k;
+        if (mb < n) { /* the chunks differ between epochs; one chunk needs no shuffle */
+            struct train_rng rng;
+            train_rng_seed(&rng, q->shuffle_seed + (uint64_t)e);
+            train_rng_shuffle(&rng, order, (int64_t)n);
+        }
+        for (size_t s0 = 0; s0 < n && !rc; s0 += mb) {
+            const size_t m = n - s0 < mb ? n - s0 : mb;
+            rc = minibatch(q, turns, order + s0, m, e == 0 && s0 == 0, st, err, errlen);
+        }
+    }
+    free(order);
+    if (st->evaluated > 0) {
+        const double d = (double)st->evaluated;
+        st->kl /= d;
+        st->ratio /= d;
+        st->clip_low /= d;
+        st->clip_high /= d;
+        st->entropy /= d;
+    }
+    if (st->opt_steps > 0)
+        st->loss /= (double)st->opt_steps;
+    return rc;
+}
