@@ -10,7 +10,7 @@ ifeq ($(origin CC),default)
 CC := gcc
 endif
 
-PKGS := jansson libcurl libmicrohttpd sqlite3 zlib libpcre2-8 libxml-2.0 openblas
+PKGS := jansson libcurl libmicrohttpd sqlite3 zlib libpcre2-8 libxml-2.0 openblas libseccomp
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS))
 PKG_LIBS := $(shell pkg-config --libs $(PKGS))
 CMOCKA_LIBS := $(shell pkg-config --libs cmocka 2>/dev/null || echo -lcmocka)

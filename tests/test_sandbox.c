@@ -3,6 +3,11 @@
  * hog, a gigabyte of output, writes outside the working directory, reads of host files, a
  * network connection, killing the parent, and a setsid child that outlives the timeout. Each
  * is contained and reported, no process is left behind, and the host is untouched.
+ * Then the kernel's attack surface, through ctypes: every syscall group of the seccomp deny
+ * list is refused with EPERM (clone3 with ENOSYS), and a control run without the filter shows
+ * that the same calls fail otherwise there, so the EPERM is the filter's; other processes'
+ * memory through /proc/PID/mem, hard links and symlinks out of the working folder, filling
+ * /dev/shm and the working folder, a 10 MB code string, NUL bytes and invalid UTF-8.
  *
  * The bubblewrap cases are skipped (with a message) where namespaces cannot be created; the
  * rlimits fallback is tested everywhere.
@@ -89,14 +94,23 @@ static void assert_none_left(const char *marker)
     assert_int_equal(count_marked(marker), 0);
 }
 
+static void run_p(const char *code, int bwrap, const struct sandbox_params *p,
+                  struct sandbox_result *r)
+{
+    char err[256];
+    assert_int_equal(sandbox_run_python(code, p, bwrap, r, err, sizeof err), AF_OK);
+    if (p->no_seccomp)
+        assert_string_equal(r->mode, bwrap ? "bubblewrap" : "rlimits");
+    else
+        assert_string_equal(r->mode, bwrap ? "bubblewrap+seccomp" : "rlimits+seccomp");
+}
+
 static void run(const char *code, int bwrap, double timeout_s, struct sandbox_result *r)
 {
     struct sandbox_params p = sandbox_default_params();
     p.timeout_s = timeout_s;
     p.cpu_s = 5;
-    char err[256];
-    assert_int_equal(sandbox_run_python(code, &p, bwrap, r, err, sizeof err), AF_OK);
-    assert_string_equal(r->mode, bwrap ? "bubblewrap" : "rlimits");
+    run_p(code, bwrap, &p, r);
 }
 
 #define NEED_BWRAP()                                                                               \

@@ -1,8 +1,10 @@
 /*
  * sandbox.c - a separate, unprivileged, limited process for untrusted Python (see sandbox.h).
  *
- * Everything the child needs (argv, envp) is built before fork(): the parent may have other
- * threads, so the child only makes async-signal-safe calls before exec.
+ * Everything the child needs (argv, envp, the compiled seccomp filter) is built before
+ * fork(): the parent may have other threads, so the child only makes async-signal-safe calls
+ * before exec. The filter is compiled for every run (about 0.2 ms); the one process-wide fact
+ * kept is which options the installed bwrap understands, probed once.
  */
 #include "tools/sandbox.h"
 
@@ -11,7 +13,9 @@
 #include <ftw.h>
 #include <grp.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
+#include <spawn.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,11 +30,17 @@
 #include "core/clock.h"
 #include "core/errf.h"
 #include "core/xalloc.h"
+#include "tools/seccomp_filter.h"
 
 #define MAX_CODE_BYTES (100u * 1000u)
 #define BWRAP_PATH "/usr/bin/bwrap"
 #define NOBODY_ID 65534
-#define MAX_ARGS 64
+#define MAX_ARGS 96
+#define SECCOMP_CHILD_FD 3 /* where the child puts the filter's memfd for bwrap --seccomp */
+
+/* Options of the installed bwrap, from its --help (older ones lack them). */
+#define BWRAP_HAS_USERNS 1 /* --disable-userns and --assert-userns-disabled (0.8) */
+#define BWRAP_HAS_SIZE 2   /* --size before --tmpfs (0.5) */
 
 struct sandbox_params sandbox_default_params(void)
 {
@@ -41,8 +51,10 @@ struct sandbox_params sandbox_default_params(void)
                                .n_files = 64,
                                .n_procs = 256,
                                .output_bytes = (size_t)64 << 10,
+                               .tmpfs_bytes = (size_t)64 << 20,
                                .python = "/usr/bin/python3",
-                               .no_bwrap = 0};
+                               .no_bwrap = 0,
+                               .no_seccomp = 0};
     return p;
 }
 
@@ -105,6 +117,8 @@ struct argv_buf {
     const char *v[MAX_ARGS];
     size_t n;
     char links[4][64]; /* readlink targets for --symlink */
+    char size[24];     /* --size for the tmpfs mounts */
+    char seccomp_fd[8];
 };
 
 static void arg(struct argv_buf *a, const char *s)
@@ -135,26 +149,111 @@ static void bind_sys(struct argv_buf *a, const char *dir, size_t slot)
     arg(a, dir);
 }
 
-static void bwrap_argv(struct argv_buf *a, const char *python, const char *code)
+/* ---- What the installed bwrap understands ---------------------------------------------------
+ * Probed once per process from `bwrap --help` (a fact about one binary, written once under
+ * pthread_once and only read afterwards). Debian 12's bwrap 0.8 has every option used here;
+ * an older one runs without the options it lacks (the seccomp filter still refuses new user
+ * namespaces). */
+static pthread_once_t bwrap_probe_once = PTHREAD_ONCE_INIT;
+static int bwrap_features; /* BWRAP_HAS_* */
+
+static void probe_bwrap(void)
+{
+    int pipe_fd[2];
+    if (pipe2(pipe_fd, O_CLOEXEC) != 0)
+        return;
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+    posix_spawn_file_actions_adddup2(&fa, pipe_fd[1], 1);
+    posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
+    static const char *const argv[] = {BWRAP_PATH, "--help", NULL};
+    static char *const no_env[] = {NULL};
+    pid_t pid = -1;
+    int rc = posix_spawn(&pid, BWRAP_PATH, &fa, NULL, (char *const *)(uintptr_t)argv, no_env);
+    posix_spawn_file_actions_destroy(&fa);
+    close(pipe_fd[1]);
+    char help[16384];
+    size_t n = 0;
+    for (double deadline = af_clock_ms() + 5000; rc == 0 && n < sizeof help - 1;) {
+        struct pollfd pf = {pipe_fd[0], POLLIN, 0};
+        double left = deadline - af_clock_ms();
+        if (left <= 0 || (poll(&pf, 1, (int)left + 1) < 0 && errno != EINTR))
+            break;
+        ssize_t r = read(pipe_fd[0], help + n, sizeof help - 1 - n);
+        if (r == 0 || (r < 0 && errno != EINTR && errno != EAGAIN))
+            break;
+        if (r > 0)
+            n += (size_t)r;
+    }
+    close(pipe_fd[0]);
+    if (rc == 0) {
+        kill(pid, SIGKILL); /* it has printed or overrun the deadline */
+        waitpid(pid, NULL, 0);
+    }
+    help[n] = '\0';
+    int f = 0;
+    if (strstr(help, "--disable-userns") && strstr(help, "--assert-userns-disabled"))
+        f |= BWRAP_HAS_USERNS;
+    if (strstr(help, "--size"))
+        f |= BWRAP_HAS_SIZE;
+    bwrap_features = f;
+}
+
+static int bwrap_feature_bits(void)
+{
+    pthread_once(&bwrap_probe_once, probe_bwrap);
+    return bwrap_features;
+}
+
+/* seccomp: whether the child gets the filter as fd SECCOMP_CHILD_FD. */
+static void bwrap_argv(struct argv_buf *a, const struct sandbox_params *p, const char *code,
+                       int seccomp)
 {
     a->n = 0;
-    static const char *const head[] = {BWRAP_PATH,      "--unshare-all", "--die-with-parent",
-                                       "--new-session", "--ro-bind",     "/usr",
-                                       "/usr"};
+    int features = bwrap_feature_bits();
+    static const char *const head[] = {BWRAP_PATH, "--unshare-all", "--die-with-parent",
+                                       "--new-session"};
     for (size_t i = 0; i < sizeof head / sizeof head[0]; i++)
         arg(a, head[i]);
+    if (features & BWRAP_HAS_USERNS) {
+        /* A user namespace of our own (not --unshare-all's "try"), in which no further one
+         * can be made: bwrap sets user.max_user_namespaces to 1 there, and checks it. */
+        arg(a, "--unshare-user");
+        arg(a, "--disable-userns");
+        arg(a, "--assert-userns-disabled");
+    }
+    if (seccomp) {
+        snprintf(a->seccomp_fd, sizeof a->seccomp_fd, "%d", SECCOMP_CHILD_FD);
+        arg(a, "--seccomp");
+        arg(a, a->seccomp_fd);
+    }
+    arg(a, "--ro-bind");
+    arg(a, "/usr");
+    arg(a, "/usr");
     static const char *const sys[] = {"/bin", "/sbin", "/lib", "/lib64"};
     for (size_t i = 0; i < 4; i++)
         bind_sys(a, sys[i], i);
-    static const char *const tail[] = {"--ro-bind",
-                                       "/etc",
-                                       "/etc",
-                                       "--proc",
-                                       "/proc",
-                                       "--dev",
+    static const char *const mounts[] = {"--ro-bind", "/etc",  "/etc", "--proc",
+                                         "/proc",     "--dev", "/dev"};
+    for (size_t i = 0; i < sizeof mounts / sizeof mounts[0]; i++)
+        arg(a, mounts[i]);
+    /* The two writable places are tmpfs of a bounded size (host memory otherwise: tmpfs pages
+     * count against no rlimit); the root tmpfs and /dev become read-only. */
+    snprintf(a->size, sizeof a->size, "%zu", p->tmpfs_bytes);
+    static const char *const tmpfs[] = {"/dev/shm", "/sandbox"};
+    for (size_t i = 0; i < 2; i++) {
+        if (features & BWRAP_HAS_SIZE) {
+            arg(a, "--size");
+            arg(a, a->size);
+        }
+        arg(a, "--tmpfs");
+        arg(a, tmpfs[i]);
+    }
+    static const char *const tail[] = {"--remount-ro",
                                        "/dev",
-                                       "--tmpfs",
-                                       "/sandbox",
+                                       "--remount-ro",
+                                       "/",
                                        "--chdir",
                                        "/sandbox",
                                        "--clearenv",
@@ -175,7 +274,7 @@ static void bwrap_argv(struct argv_buf *a, const char *python, const char *code)
                                        "Agg"};
     for (size_t i = 0; i < sizeof tail / sizeof tail[0]; i++)
         arg(a, tail[i]);
-    arg(a, python);
+    arg(a, p->python);
     arg(a, "-I");
     arg(a, "-c");
     arg(a, code);
@@ -187,15 +286,38 @@ static void set_limit(int what, rlim_t v)
     setrlimit(what, &rl);
 }
 
+/* Everything the supervisor and the sandbox need, built before the first fork. */
+struct launch {
+    struct argv_buf a;
+    char *envp[8];
+    char *tmpdir; /* the fallback's working directory, or NULL */
+    int bwrap;
+    struct seccomp_filter filter; /* n_insns 0 without it */
+};
+
+static void say(const char *msg)
+{
+    ssize_t w = write(2, msg, strlen(msg));
+    (void)w;
+}
+
 /* In the child: only async-signal-safe calls from here to exec. */
-static void child(const struct sandbox_params *p, char *const argv[], char *const envp[],
-                  const char *cwd, int out_fd, int err_fd, int null_fd, pid_t parent)
+static void child(const struct sandbox_params *p, const struct launch *l, int out_fd, int err_fd,
+                  int null_fd, pid_t parent)
 {
     setpgid(0, 0);
     dup2(null_fd, 0);
     dup2(out_fd, 1);
     dup2(err_fd, 2);
-    closefrom(3);
+    if (l->bwrap && l->filter.fd >= 0) { /* bwrap reads the filter from this fd */
+        if (l->filter.fd != SECCOMP_CHILD_FD)
+            dup2(l->filter.fd, SECCOMP_CHILD_FD);
+        else
+            fcntl(SECCOMP_CHILD_FD, F_SETFD, 0);
+        closefrom(SECCOMP_CHILD_FD + 1);
+    } else {
+        closefrom(3);
+    }
     set_limit(RLIMIT_CPU, (rlim_t)p->cpu_s);
     set_limit(RLIMIT_AS, (rlim_t)p->mem_bytes);
     set_limit(RLIMIT_FSIZE, (rlim_t)p->file_bytes);
@@ -211,9 +333,17 @@ static void child(const struct sandbox_params *p, char *const argv[], char *cons
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (getppid() != parent)
         _exit(126);
-    if (cwd && chdir(cwd) != 0)
+    if (l->tmpdir && chdir(l->tmpdir) != 0)
         _exit(126);
-    execve(argv[0], argv, envp);
+    /* The fallback filters itself; bwrap does it for the sandbox after its own setup. */
+    if (!l->bwrap && l->filter.n_insns > 0 && seccomp_filter_install(&l->filter) != 0) {
+        say("sandbox: cannot install the seccomp filter\n");
+        _exit(126);
+    }
+    /* bwrap builds the sandbox's environment itself (--clearenv, --setenv). */
+    static char *const no_env[] = {NULL};
+    char *const *argv = (char *const *)(uintptr_t)l->a.v;
+    execve(argv[0], argv, l->bwrap ? no_env : l->envp);
     _exit(127);
 }
 
@@ -325,9 +455,8 @@ static int reap(pid_t sandbox, int status_fd, int *reported)
     }
 }
 
-static void supervisor(const struct sandbox_params *p, char *const argv[], char *const envp[],
-                       const char *cwd, int out_fd, int err_fd, int null_fd, int life_fd,
-                       int status_fd, pid_t parent)
+static void supervisor(const struct sandbox_params *p, const struct launch *l, int out_fd,
+                       int err_fd, int null_fd, int life_fd, int status_fd, pid_t parent)
 {
     setpgid(0, 0);
     signal(SIGPIPE, SIG_IGN); /* the parent may be gone when the status is written */
@@ -336,7 +465,7 @@ static void supervisor(const struct sandbox_params *p, char *const argv[], char 
         _exit(126);
     pid_t self = getpid(), sandbox = fork();
     if (sandbox == 0)
-        child(p, argv, envp, cwd, out_fd, err_fd, null_fd, self);
+        child(p, l, out_fd, err_fd, null_fd, self);
     /* Only the sandbox writes the output pipes: the parent's reads end when it is done. */
     close(out_fd);
     close(err_fd);
@@ -410,18 +539,21 @@ static int read_status(int fd, double deadline, int *status, int *got)
     return 0;
 }
 
-struct launch {
-    struct argv_buf a;
-    char *envp[8];
-    char *tmpdir;
-};
-
 static int prepare(struct launch *l, const char *code, const struct sandbox_params *p,
                    int use_bwrap, char *err, size_t errlen)
 {
     memset(l, 0, sizeof *l);
+    l->bwrap = use_bwrap;
+    l->filter.fd = -1;
+    if (!p->no_seccomp) {
+        char why[200];
+        if (seccomp_filter_build(&l->filter, why, sizeof why) != AF_OK) {
+            af_errf(err, errlen, "sandbox: %s", why);
+            return AF_EIO;
+        }
+    }
     if (use_bwrap) {
-        bwrap_argv(&l->a, p->python, code);
+        bwrap_argv(&l->a, p, code, l->filter.fd >= 0);
         return AF_OK;
     }
     char tmpl[] = "/tmp/af_sandbox_XXXXXX";
@@ -452,6 +584,7 @@ static void release(struct launch *l)
 {
     for (size_t i = 0; i < 8; i++)
         free(l->envp[i]);
+    seccomp_filter_deinit(&l->filter);
     if (l->tmpdir) {
         nftw(l->tmpdir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
         free(l->tmpdir);
@@ -462,7 +595,10 @@ static int run_once(const char *code, const struct sandbox_params *p, int use_bw
                     struct sandbox_result *r, char *err, size_t errlen)
 {
     memset(r, 0, sizeof *r);
-    r->mode = use_bwrap ? "bubblewrap" : "rlimits";
+    if (p->no_seccomp)
+        r->mode = use_bwrap ? "bubblewrap" : "rlimits";
+    else
+        r->mode = use_bwrap ? "bubblewrap+seccomp" : "rlimits+seccomp";
     if (strlen(code) > MAX_CODE_BYTES) {
         af_errf(err, errlen, "sandbox: the code is %zu bytes, over the limit of %u", strlen(code),
                 MAX_CODE_BYTES);
@@ -489,10 +625,7 @@ static int run_once(const char *code, const struct sandbox_params *p, int use_bw
         close(st_p[0]);
         close(out_p[0]);
         close(err_p[0]);
-        /* bwrap builds the sandbox's environment itself (--clearenv, --setenv). */
-        static char *const no_env[] = {NULL};
-        supervisor(p, (char *const *)(uintptr_t)l.a.v, use_bwrap ? no_env : l.envp, l.tmpdir,
-                   out_p[1], err_p[1], null_fd, life_p[0], st_p[1], parent);
+        supervisor(p, &l, out_p[1], err_p[1], null_fd, life_p[0], st_p[1], parent);
     }
     if (rc == AF_OK) {
         setpgid(pid, pid);
