@@ -20,17 +20,22 @@
 
 #include <arpa/inet.h>
 #include <dirent.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "agentflow/tools.h"
+#include "core/buf.h"
 #include "core/clock.h"
 #include "core/fileio.h"
 #include "support/proc.h"
@@ -347,6 +352,268 @@ static void test_parent_killed(void **state)
     }
 }
 
+/* ---- The seccomp deny list, from inside ---------------------------------------------------
+ * Each probe is one raw syscall through ctypes, with arguments chosen so that, without the
+ * filter, the kernel rejects it for another reason first (a bad fd, a NULL pointer, invalid
+ * flags: EBADF, EFAULT, EINVAL, ENOTTY...) or lets it through. `control` marks the probes
+ * where that holds on any recent kernel; for the rest (reboot, swapon, module loading ...) an
+ * unprivileged caller gets EPERM from the capability check anyway, and the filter is a second
+ * wall. clone with a namespace flag also carries CLONE_THREAD without CLONE_SIGHAND, so that
+ * unfiltered it fails with EINVAL instead of forking. want 0: must succeed under the filter. */
+struct sys_probe {
+    const char *name;
+    long nr;
+    const char *args; /* Python expressions */
+    int want;
+    int control;
+};
+
+static const struct sys_probe PROBES[] = {
+    {"unshare", SYS_unshare, "0x10000000", EPERM, 0}, /* 0, or ENOSPC under bwrap's limit */
+    {"setns", SYS_setns, "-1, 0", EPERM, 1},
+    {"clone_newuser", SYS_clone, "0x10000000 | T, 0, 0, 0, 0", EPERM, 1},
+    {"clone_newns", SYS_clone, "0x00020000 | T, 0, 0, 0, 0", EPERM, 1},
+    {"clone_newpid", SYS_clone, "0x20000000 | T, 0, 0, 0, 0", EPERM, 1},
+    {"clone_newnet", SYS_clone, "0x40000000 | T, 0, 0, 0, 0", EPERM, 1},
+    {"clone_newuts", SYS_clone, "0x04000000 | T, 0, 0, 0, 0", EPERM, 1},
+    {"clone_newipc", SYS_clone, "0x08000000 | T, 0, 0, 0, 0", EPERM, 1},
+    {"clone_newcgroup", SYS_clone, "0x02000000 | T, 0, 0, 0, 0", EPERM, 1},
+    {"clone3", SYS_clone3, "0, 0", ENOSYS, 0}, /* EINVAL without the filter */
+    {"mount", SYS_mount, "0, 0, 0, 0, 0", EPERM, 1},
+    {"umount2", SYS_umount2, "0, 0xffff", EPERM, 1},
+    {"pivot_root", SYS_pivot_root, "0, 0", EPERM, 0},
+    {"chroot", SYS_chroot, "0", EPERM, 1},
+    {"open_tree", SYS_open_tree, "-1, 0, 0xffffffff", EPERM, 1},
+    {"fsopen", SYS_fsopen, "0, 0", EPERM, 0},
+    {"ptrace", SYS_ptrace, "3, 999999999, 0, 0", EPERM, 1},
+    {"process_vm_readv", SYS_process_vm_readv, "os.getpid(), 0, 0, 0, 0, 1", EPERM, 1},
+    {"process_vm_writev", SYS_process_vm_writev, "os.getpid(), 0, 0, 0, 0, 1", EPERM, 1},
+    {"bpf", SYS_bpf, "9999, 0, 0", EPERM, 0},
+    {"perf_event_open", SYS_perf_event_open, "0, 0, -1, -1, -1", EPERM, 1},
+    {"userfaultfd", SYS_userfaultfd, "3", EPERM, 0},
+    {"keyctl", SYS_keyctl, "9999", EPERM, 1},
+    {"add_key", SYS_add_key, "0, 0, 0, 0, 0", EPERM, 1},
+    {"request_key", SYS_request_key, "0, 0, 0, 0", EPERM, 1},
+    {"kexec_load", SYS_kexec_load, "0, 0, 0, 0", EPERM, 0},
+    {"kexec_file_load", SYS_kexec_file_load, "-1, -1, 0, 0, 0", EPERM, 0},
+    {"init_module", SYS_init_module, "0, 0, 0", EPERM, 0},
+    {"finit_module", SYS_finit_module, "-1, 0, 0", EPERM, 0},
+    {"delete_module", SYS_delete_module, "0, 0", EPERM, 0},
+    {"reboot", SYS_reboot, "0, 0, 0, 0", EPERM, 0},
+    {"swapon", SYS_swapon, "0, 0", EPERM, 0},
+    {"swapoff", SYS_swapoff, "0", EPERM, 0},
+    {"io_uring_setup", SYS_io_uring_setup, "1, 0", EPERM, 0},
+    {"io_uring_enter", SYS_io_uring_enter, "-1, 0, 0, 0, 0, 0", EPERM, 1},
+    {"io_uring_register", SYS_io_uring_register, "-1, 0, 0, 0", EPERM, 1},
+    {"personality_norandom", SYS_personality, "0x0040000", EPERM, 1}, /* succeeds unfiltered */
+    {"personality_exec", SYS_personality, "0x0400000", EPERM, 1},
+    {"personality_high", SYS_personality, "0x100000000", EPERM, 0},
+    {"personality_query", SYS_personality, "0xffffffff", 0, 0},
+    {"personality_linux", SYS_personality, "0", 0, 0},
+    {"tiocsti", SYS_ioctl, "0, TIOCSTI, A(buf)", EPERM, 1}, /* ENOTTY on /dev/null */
+    {"tiocsti_high_bits", SYS_ioctl, "0, TIOCSTI | (1 << 32), A(buf)", EPERM, 1},
+    {"tioclinux", SYS_ioctl, "0, TIOCLINUX, A(buf)", EPERM, 1},
+    {"acct", SYS_acct, "0", EPERM, 0},
+    {"quotactl", SYS_quotactl, "0xff, 0, 0, 0", EPERM, 1},
+    {"syslog", SYS_syslog, "99, 0, 0", EPERM, 0},
+    {"settimeofday", SYS_settimeofday, "A(tv), 0", EPERM, 1},
+    {"clock_settime", SYS_clock_settime, "0, 0", EPERM, 1},
+    {"clock_adjtime", SYS_clock_adjtime, "0, 0", EPERM, 1},
+#ifdef __x86_64__
+    /* The x32 ABI (bit 30 of the number) is another architecture to the filter: refused. */
+    {"x32_getpid", 0x40000000L | SYS_getpid, "", EPERM, 0},
+#endif
+};
+
+#define N_PROBES (sizeof PROBES / sizeof PROBES[0])
+
+/* The probe program: one "name result errno" line per probe, then what must keep working
+ * under the filter (threads, whose clone3 falls back to clone; fork; subprocess). */
+static char *probe_code(void)
+{
+    struct af_buf b;
+    af_buf_init(&b, AF_BUF_NOLIMIT);
+    (void)af_buf_printf(&b,
+                        "import ctypes, os, struct, subprocess, threading\n"
+                        "libc = ctypes.CDLL(None, use_errno=True)\n"
+                        "libc.syscall.restype = ctypes.c_long\n"
+                        "L, A, T = ctypes.c_long, ctypes.addressof, 0x10000\n"
+                        "TIOCSTI, TIOCLINUX = %lu, %lu\n"
+                        "buf = ctypes.create_string_buffer(64)\n"
+                        "tv = ctypes.create_string_buffer(struct.pack('ll', 0, -1))\n"
+                        "def sc(name, nr, *a):\n"
+                        "    ctypes.set_errno(0)\n"
+                        "    r = libc.syscall(L(nr), *[L(x) for x in a])\n"
+                        "    print(name, r, ctypes.get_errno() if r == -1 else 0, flush=True)\n",
+                        (unsigned long)TIOCSTI, (unsigned long)TIOCLINUX);
+    for (size_t i = 0; i < N_PROBES; i++)
+        (void)af_buf_printf(&b, "sc('%s', %ld%s%s)\n", PROBES[i].name, PROBES[i].nr,
+                            PROBES[i].args[0] ? ", " : "", PROBES[i].args);
+    (void)af_buf_printf(&b, "t = threading.Thread(target=lambda: None)\nt.start()\nt.join()\n"
+                            "print('thread ok')\n"
+                            "pid = os.fork()\nif pid == 0:\n    os._exit(7)\n"
+                            "print('fork', os.waitpid(pid, 0)[1] >> 8)\n"
+                            "print('spawn', subprocess.run(['/bin/echo', 'ok'], "
+                            "capture_output=True).stdout.decode().strip())\n");
+    return af_buf_detach(&b);
+}
+
+/* The result and errno printed for a probe; fails the test when its line is missing. */
+static void probe_result(const char *out, const char *name, long *rv, int *err_no)
+{
+    char key[80];
+    snprintf(key, sizeof key, "\n%s ", name);
+    size_t n = strlen(out) + 2;
+    char *text = malloc(n);
+    assert_non_null(text);
+    snprintf(text, n, "\n%s", out);
+    const char *line = strstr(text, key);
+    if (!line)
+        fprintf(stderr, "no line for %s in:\n%s\n", name, out);
+    assert_non_null(line);
+    assert_int_equal(sscanf(line + strlen(key), "%ld %d", rv, err_no), 2);
+    free(text);
+}
+
+static void check_syscalls(int bwrap)
+{
+    char *code = probe_code();
+    struct sandbox_params p = sandbox_default_params();
+    p.timeout_s = 30;
+    struct sandbox_result r;
+    run_p(code, bwrap, &p, &r);
+    if (r.exit_status != 0)
+        fprintf(stderr, "probe stderr: %s\n", r.err);
+    assert_int_equal(r.exit_status, 0);
+    for (size_t i = 0; i < N_PROBES; i++) {
+        long rv;
+        int e;
+        probe_result(r.out, PROBES[i].name, &rv, &e);
+        if (PROBES[i].want == 0 ? rv == -1 : rv != -1 || e != PROBES[i].want)
+            fprintf(stderr, "%s: %s gave %ld, errno %d\n", bwrap ? "bwrap" : "rlimits",
+                    PROBES[i].name, rv, e);
+        if (PROBES[i].want == 0) {
+            assert_true(rv != -1);
+        } else {
+            assert_int_equal(rv, -1);
+            assert_int_equal(e, PROBES[i].want);
+        }
+    }
+    assert_non_null(strstr(r.out, "thread ok\n"));
+    assert_non_null(strstr(r.out, "fork 7\n"));
+    assert_non_null(strstr(r.out, "spawn ok\n"));
+    sandbox_result_deinit(&r);
+    /* The control: without the filter the same calls fail otherwise (or succeed). */
+    p.no_seccomp = 1;
+    run_p(code, bwrap, &p, &r);
+    assert_int_equal(r.exit_status, 0);
+    int n_control = 0;
+    for (size_t i = 0; i < N_PROBES; i++) {
+        long rv;
+        int e;
+        probe_result(r.out, PROBES[i].name, &rv, &e);
+        if (!PROBES[i].control)
+            continue;
+        if (rv == -1 && e == EPERM)
+            fprintf(stderr, "control: %s gave EPERM without the filter\n", PROBES[i].name);
+        assert_false(rv == -1 && e == EPERM);
+        n_control++;
+    }
+    assert_true(n_control >= 25);
+    sandbox_result_deinit(&r);
+    free(code);
+}
+
+static void test_syscalls_refused(void **state)
+{
+    (void)state;
+    check_syscalls(0);
+    if (!g_bwrap) {
+        fprintf(stderr, "skipped: the bubblewrap half (no namespaces here)\n");
+        return;
+    }
+    check_syscalls(1);
+}
+
+/* The report, through the CLI: nested user namespaces are gone. */
+static void test_cli_unshare_refused(void **state)
+{
+    (void)state;
+    const char *args =
+        "{\"code\": \"import ctypes; print(ctypes.CDLL(None).unshare(0x10000000))\"}";
+    const char *argv[] = {
+        proc_agentflow_bin(), "tool", "call", "Python_Code_Generator_Tool", "--args", args, NULL};
+    for (int mode = 0; mode < 2; mode++) {
+        if (mode == 1 && !g_bwrap)
+            continue;
+        const char *env[] = {mode == 0 ? "AGENTFLOW_SANDBOX=rlimits" : "AGENTFLOW_UNUSED=1", NULL};
+        struct proc_result pr;
+        assert_int_equal(proc_run(argv, env, 60, &pr), 0);
+        assert_int_equal(pr.exit_code, 0);
+        assert_non_null(strstr(pr.out, "\"printed_output\": \"-1\\n\""));
+        assert_non_null(strstr(pr.out, mode == 0 ? "\"sandbox\": \"rlimits+seccomp\""
+                                                 : "\"sandbox\": \"bubblewrap+seccomp\""));
+        proc_result_deinit(&pr);
+    }
+}
+
+/* ---- Other processes' memory, links, filling tmpfs --------------------------------------- */
+
+/* Writes one byte (the one already there) at the first mapping of each pid through
+ * /proc/PID/mem; prints "refused PID" or "WROTE PID". */
+static const char POKE_CODE[] =
+    "import os\n"
+    "def poke(pid):\n"
+    "    try:\n"
+    "        addr = int(open('/proc/%s/maps' % pid).readline().split('-')[0], 16)\n"
+    "    except (OSError, ValueError):\n"
+    "        addr = 0x400000\n"
+    "    try:\n"
+    "        with open('/proc/%s/mem' % pid, 'r+b', buffering=0) as f:\n"
+    "            f.seek(addr)\n"
+    "            b = f.read(1)\n"
+    "            f.seek(addr)\n"
+    "            f.write(b)\n"
+    "        print('WROTE', pid)\n"
+    "    except OSError as e:\n"
+    "        print('refused', pid, e.errno)\n";
+
+static void test_proc_mem(void **state)
+{
+    (void)state;
+    char code[2048];
+    struct sandbox_result r;
+    /* bubblewrap: /proc is read-only, so not even the process's own memory can be written
+     * through it (EROFS), nor bwrap's init (pid 1); the host's pids are not there at all. */
+    if (g_bwrap) {
+        snprintf(code, sizeof code, "%sfor p in ['self', '1', '%d', '%d']:\n    poke(p)\n",
+                 POKE_CODE, (int)getpid(), (int)getppid());
+        run(code, 1, 20, &r);
+        assert_null(strstr(r.out, "WROTE"));
+        assert_non_null(strstr(r.out, "refused self 30\n"));
+        assert_non_null(strstr(r.out, "refused 1 30\n"));
+        sandbox_result_deinit(&r);
+    } else {
+        fprintf(stderr, "skipped: the bubblewrap half (no namespaces here)\n");
+    }
+    /* The fallback shares /proc with the host: it is the uid that keeps the caller's memory
+     * (and the supervisor's) out of reach, so this half needs root, which makes it nobody.
+     * Its own memory stays writable through /proc/self/mem there, as plain stores are. */
+    if (geteuid() != 0) {
+        fprintf(stderr, "skipped: the rlimits half needs root (the sandbox becomes nobody)\n");
+        return;
+    }
+    snprintf(code, sizeof code, "%sfor p in [str(os.getppid()), '%d', '1']:\n    poke(p)\n",
+             POKE_CODE, (int)getpid());
+    run(code, 0, 20, &r);
+    assert_null(strstr(r.out, "WROTE"));
+    char want[64];
+    snprintf(want, sizeof want, "refused %d 13\n", (int)getpid()); /* EACCES */
+    assert_non_null(strstr(r.out, want));
+    assert_non_null(strstr(r.out, "refused 1 13\n"));
+    sandbox_result_deinit(&r);
+}
+
 static void test_tool_result_shape(void **state)
 {
     (void)state;
@@ -384,7 +651,8 @@ int main(void)
         cmocka_unit_test(test_tool_result_shape),      cmocka_unit_test(test_rlimits_fallback),
         cmocka_unit_test(test_bwrap_basic_and_limits), cmocka_unit_test(test_bwrap_no_network),
         cmocka_unit_test(test_bwrap_setsid_escape),    cmocka_unit_test(test_rlimits_setsid_escape),
-        cmocka_unit_test(test_parent_killed),
+        cmocka_unit_test(test_parent_killed),          cmocka_unit_test(test_syscalls_refused),
+        cmocka_unit_test(test_cli_unshare_refused),    cmocka_unit_test(test_proc_mem),
     };
     return cmocka_run_group_tests_name("sandbox", tests, NULL, NULL);
 }

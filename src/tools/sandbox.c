@@ -239,7 +239,7 @@ static void bwrap_argv(struct argv_buf *a, const struct sandbox_params *p, const
     for (size_t i = 0; i < sizeof mounts / sizeof mounts[0]; i++)
         arg(a, mounts[i]);
     /* The two writable places are tmpfs of a bounded size (host memory otherwise: tmpfs pages
-     * count against no rlimit); the root tmpfs and /dev become read-only. */
+     * count against no rlimit); the root tmpfs, /dev and /proc become read-only. */
     snprintf(a->size, sizeof a->size, "%zu", p->tmpfs_bytes);
     static const char *const tmpfs[] = {"/dev/shm", "/sandbox"};
     for (size_t i = 0; i < 2; i++) {
@@ -250,7 +250,10 @@ static void bwrap_argv(struct argv_buf *a, const struct sandbox_params *p, const
         arg(a, "--tmpfs");
         arg(a, tmpfs[i]);
     }
+    /* Read-only /proc too: no process, itself included, can write through /proc/PID/mem. */
     static const char *const tail[] = {"--remount-ro",
+                                       "/proc",
+                                       "--remount-ro",
                                        "/dev",
                                        "--remount-ro",
                                        "/",
