@@ -412,8 +412,9 @@ static void run_update(struct lora_adapter *l, float lr, float kl, int64_t mini_
     struct train_adamw_state opt;
     assert_int_equal(train_adamw_init(&opt, par, n_par, err, sizeof err), 0);
     const struct train_adamw aw = train_adamw_defaults();
-    struct grpo_update_req q = {net, par, n_par, &opt, &aw, lr, 1.0f, 0.7f, grpo_default_hp(),
-                                GRPO_AGG_TOKEN_MEAN, 1, mini_batch, 77, NULL, NULL, 0};
+    struct grpo_update_req q = {
+        net, par,        n_par, &opt, &aw,  lr, 1.0f, 0.7f, grpo_default_hp(), GRPO_AGG_TOKEN_MEAN,
+        1,   mini_batch, 77,    NULL, NULL, 0};
     q.hp.kl_coef = kl;
     rs = 4242; /* the same turns every call */
     struct grpo_turn *t = make_turns(6);

@@ -2,6 +2,7 @@
  * cmd_grpo.c - `agentflow train grpo`: options, data loading (JSONL or benchmark sets), the
  * judge reward, the progress display and exit codes; the loop itself is src/train/grpo.c.
  */
+#include <errno.h>
 #include <getopt.h>
 #include <math.h>
 #include <stdio.h>
@@ -525,6 +526,14 @@ int cmd_train_grpo(int argc, char **argv)
         code = CLI_EUSAGE;
         goto out;
     }
+    if (strstr(a.o.model, "://") || !strncmp(a.o.model, "scripted:", 9)) {
+        fprintf(stderr,
+                CMD ": --model %s: the planner must run in-process (a GGUF file, "
+                    "gguf:PATH[+lora:DIR]) so that it can sample and be trained\n",
+                a.o.model);
+        code = CLI_EUSAGE;
+        goto out;
+    }
     if (a.common.slot_url[AF_SLOT_PLANNER]) {
         fprintf(stderr, CMD ": the planner is --model (in-process, trained); --planner-url "
                             "cannot be set\n");
@@ -550,6 +559,12 @@ int cmd_train_grpo(int argc, char **argv)
         char *plus = strstr(path, "+lora:");
         if (plus)
             *plus = '\0';
+        struct stat sb;
+        if (stat(path, &sb) != 0) {
+            fprintf(stderr, CMD ": --model %s: %s\n", path, strerror(errno));
+            code = CLI_EINPUT;
+            goto out;
+        }
         default_slots(&a, &cfg, path);
     }
     if ((code = load_data(a.data, &a, &data)) != CLI_OK)

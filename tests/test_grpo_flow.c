@@ -1,0 +1,443 @@
+/*
+ * test_grpo_flow.c - `agentflow train grpo` end to end, through the real flow and the CLI:
+ *  - learning: a tiny model is first SFT'd (full) so that its planner picks the Python tool or
+ *    the Generalist tool about evenly for a family of questions; a scripted generator answers
+ *    "yes" (the gold answer) only when the memory shows the Python tool. After GRPO steps the
+ *    sampled P(Python) is above 0.8 and the mean reward has risen;
+ *  - lr 0 with a large KL coefficient leaves the adapter as it started;
+ *  - resume: N steps straight equal N/2, a stop, --resume and N/2 more, bit for bit;
+ *  - bad input: a missing scorer, empty data, G < 2, a planner that is not in-process, files that
+ *    are missing or malformed; each named, with exit 2 or 4.
+ * Short prompt templates (--prompts) keep each sequence a few hundred byte tokens.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "agentflow/err.h"
+#include "engine/lora.h"
+#include "engine/model.h"
+#include "support/proc.h"
+
+#define TOOL_A "Python_Code_Generator_Tool"
+#define TOOL_B "Generalist_Solution_Generator_Tool"
+#define N_Q 16
+
+static char dir[256];
+
+static void put(const char *name, const char *text)
+{
+    char p[512];
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    FILE *f = fopen(p, "w");
+    assert_non_null(f);
+    fputs(text, f);
+    fclose(f);
+}
+
+static void path(char *out, size_t n, const char *name)
+{
+    snprintf(out, n, "%s/%s", dir, name);
+}
+
+/* Runs the CLI with argv[1..] (NULL-terminated); returns the result (caller deinits). */
+static void cli(struct proc_result *r, const char *const *args)
+{
+    const char *argv[64];
+    size_t n = 0;
+    argv[n++] = proc_agentflow_bin();
+    for (; *args && n < 63; args++)
+        argv[n++] = *args;
+    argv[n] = NULL;
+    assert_int_equal(proc_run(argv, NULL, 600, r), 0);
+}
+
+static void cli_ok(const char *const *args)
+{
+    struct proc_result r;
+    cli(&r, args);
+    if (r.exit_code != 0)
+        fail_msg("exit %d: %s", r.exit_code, r.err);
+    proc_result_deinit(&r);
+}
+
+/* The planner's exact messages for each question, read from a trace of a scripted run. */
+static json_t *planner_messages(void)
+{
+    char batch[512], out[512], trace[512];
+    path(batch, sizeof batch, "queries.jsonl");
+    path(out, sizeof out, "batch_out.jsonl");
+    path(trace, sizeof trace, "trace.jsonl");
+    FILE *f = fopen(batch, "w");
+    assert_non_null(f);
+    for (int i = 0; i < N_Q; i++)
+        fprintf(f, "{\"id\":\"%d\",\"query\":\"Question %d: is it so?\"}\n", i, i);
+    fclose(f);
+    char plan[512], fixed[512], exec[512], prompts[512];
+    snprintf(plan, sizeof plan, "scripted:%s/planA.json", dir);
+    snprintf(fixed, sizeof fixed, "scripted:%s/fixed.json", dir);
+    snprintf(exec, sizeof exec, "scripted:%s/exec.json", dir);
+    path(prompts, sizeof prompts, "prompts");
+    const char *args[] = {"run",
+                          "--batch",
+                          batch,
+                          "--out",
+                          out,
+                          "--trace",
+                          trace,
+                          "--planner-url",
+                          plan,
+                          "--fixed-url",
+                          fixed,
+                          "--executor-url",
+                          exec,
+                          "--tool-url",
+                          exec,
+                          "--prompts",
+                          prompts,
+                          "--tools",
+                          TOOL_A "," TOOL_B,
+                          "--max-steps",
+                          "1",
+                          "--quiet",
+                          NULL};
+    cli_ok(args);
+    json_t *by_id = json_object();
+    FILE *t = fopen(trace, "r");
+    assert_non_null(t);
+    char line[65536];
+    while (fgets(line, sizeof line, t)) {
+        json_t *j = json_loads(line, 0, NULL);
+        const char *mod = json_string_value(json_object_get(j, "module"));
+        if (mod && !strcmp(mod, "planner"))
+            json_object_set(by_id, json_string_value(json_object_get(j, "query_id")),
+                            json_object_get(j, "messages"));
+        json_decref(j);
+    }
+    fclose(t);
+    assert_int_equal(json_object_size(by_id), N_Q);
+    return by_id;
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    snprintf(dir, sizeof dir, "/tmp/af_test_grpo_flow_%d", (int)getpid());
+    char p[512];
+    mkdir(dir, 0755);
+    path(p, sizeof p, "prompts");
+    mkdir(p, 0755);
+    put("prompts/system.txt", "Be brief.\n");
+    put("prompts/query_analysis.txt", "Q: {{query}}\n");
+    put("prompts/next_step.txt", "Q: {{query}}\nTools: {{available_tools}}\nPick one.\n");
+    put("prompts/tool_command.txt", "Run {{tool_name}} for {{sub_goal}}\n");
+    put("prompts/verifier.txt", "Check: {{memory}}\n");
+    put("prompts/direct_output.txt", "Answer from: {{memory}}\n");
+    put("prompts/retry_planner.txt", "Bad: {{error}}\nTools: {{available_tools}}\n");
+    put("prompts/retry_executor.txt", "Bad: {{error}}\n");
+    /* only the Python tool's step leads to the gold answer */
+    put("fixed.json", "{\"rules\":[{\"match\":\"\\\"tool_name\\\": \\\"" TOOL_A "\\\"\","
+                      "\"reply\":\"<answer>yes</answer>\"}],\"default\":\"<answer>no</answer>\"}");
+    put("exec.json", "{\"rules\":[],\"default\":\"Generated Command:\\n```python\\nexecution = "
+                     "tool.execute(query=\\\"x\\\")\\n```\"}");
+    put("planA.json", "{\"rules\":[],\"default\":\"Justification: j\\nContext: c\\nSub-Goal: "
+                      "s\\nTool Name: " TOOL_A "\"}");
+    json_t *msgs = planner_messages();
+    char sft[512], data[512];
+    path(sft, sizeof sft, "sft.jsonl");
+    path(data, sizeof data, "data.jsonl");
+    FILE *fs = fopen(sft, "w"), *fd = fopen(data, "w");
+    assert_true(fs && fd);
+    for (int i = 0; i < N_Q; i++) {
+        char id[16];
+        snprintf(id, sizeof id, "%d", i);
+        for (int k = 0; k < 2; k++) {
+            json_t *m = json_deep_copy(json_object_get(msgs, id));
+            char reply[256];
+            snprintf(reply, sizeof reply,
+                     "Justification: j\nContext: c\nSub-Goal: s\nTool Name: %s",
+                     k ? TOOL_B : TOOL_A);
+            json_array_append_new(m, json_pack("{s:s,s:s}", "role", "assistant", "content", reply));
+            json_t *rec = json_pack("{s:o}", "messages", m);
+            char *s = json_dumps(rec, JSON_COMPACT);
+            fprintf(fs, "%s\n", s);
+            free(s);
+            json_decref(rec);
+        }
+        fprintf(fd,
+                "{\"question\":\"Question %d: is it "
+                "so?\",\"answer\":\"yes\",\"bench\":\"bamboogle\"}\n",
+                i);
+    }
+    fclose(fs);
+    fclose(fd);
+    json_decref(msgs);
+    char base[512], sftdir[512];
+    path(base, sizeof base, "base.gguf");
+    path(sftdir, sizeof sftdir, "sft");
+    const char *mk[] = {"model",  "make-random", "--arch", "qwen2", "--shape", "tiny",
+                        "--type", "F32",         "--seed", "3",     base,      NULL};
+    cli_ok(mk);
+    const char *tr[] = {"train", "sft",     "--model",      base,   "--data",    sft,   "--out",
+                        sftdir,  "--full",  "--lr",         "3e-3", "--steps",   "150", "--batch",
+                        "4",     "--quiet", "--save-every", "150",  "--threads", "2",   NULL};
+    cli_ok(tr);
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    return system(cmd) == 0 ? 0 : -1;
+}
+
+/* `train grpo` on the SFT'd model, the world above and extra options; returns the exit code
+ * and keeps stderr in errbuf. */
+static int grpo(const char *out, const char *const *extra, char *errbuf, size_t errlen)
+{
+    static char model[512], data[512], outp[512], fixed[512], exec[512], prompts[512];
+    path(model, sizeof model, "sft/model.gguf");
+    path(data, sizeof data, "data.jsonl");
+    path(outp, sizeof outp, out);
+    snprintf(fixed, sizeof fixed, "scripted:%s/fixed.json", dir);
+    snprintf(exec, sizeof exec, "scripted:%s/exec.json", dir);
+    path(prompts, sizeof prompts, "prompts");
+    const char *args[64] = {"train",          "grpo",
+                            "--model",        model,
+                            "--data",         data,
+                            "--out",          outp,
+                            "--group",        "8",
+                            "--batch",        "2",
+                            "--lora-rank",    "4",
+                            "--max-tokens",   "100",
+                            "--prompts",      prompts,
+                            "--fixed-url",    fixed,
+                            "--executor-url", exec,
+                            "--tool-url",     exec,
+                            "--tools",        TOOL_A "," TOOL_B,
+                            "--max-steps",    "1",
+                            "--concurrency",  "4",
+                            "--threads",      "2",
+                            "--quiet"};
+    size_t n = 0;
+    while (args[n])
+        n++;
+    for (; extra && *extra && n < 62; extra++)
+        args[n++] = *extra;
+    args[n] = NULL;
+    struct proc_result r;
+    cli(&r, args);
+    snprintf(errbuf, errlen, "%s", r.err ? r.err : "");
+    const int code = r.exit_code;
+    proc_result_deinit(&r);
+    return code;
+}
+
+/* P(tool A) over the rollouts of steps [from, to]. */
+static double p_tool_a(const char *run, int from, int to, double *reward)
+{
+    char p[512];
+    snprintf(p, sizeof p, "%s/%s/rollouts.jsonl", dir, run);
+    FILE *f = fopen(p, "r");
+    assert_non_null(f);
+    char line[8192];
+    int n = 0, a = 0;
+    double rw = 0;
+    while (fgets(line, sizeof line, f)) {
+        json_t *j = json_loads(line, 0, NULL);
+        const int step = (int)json_integer_value(json_object_get(j, "step"));
+        if (step >= from && step <= to) {
+            n++;
+            a += json_object_get(json_object_get(j, "tools"), TOOL_A) != NULL;
+            rw += json_number_value(json_object_get(j, "reward"));
+        }
+        json_decref(j);
+    }
+    fclose(f);
+    assert_true(n > 0);
+    *reward = rw / n;
+    return (double)a / n;
+}
+
+static void test_learning(void **state)
+{
+    (void)state;
+    char err[4096];
+    const char *extra[] = {"--steps", "16", "--lr", "3e-3", "--save-every", "16", NULL};
+    if (grpo("learn", extra, err, sizeof err) != 0)
+        fail_msg("train grpo: %s", err);
+    double r0, r1;
+    const double p0 = p_tool_a("learn", 1, 1, &r0), p1 = p_tool_a("learn", 13, 16, &r1);
+    fprintf(stderr, "P(tool A): step 1 %.3f, steps 13-16 %.3f; reward %.3f -> %.3f\n", p0, p1, r0,
+            r1);
+    assert_true(p0 > 0.25 && p0 < 0.8); /* the SFT'd planner hesitates between the two */
+    assert_true(p1 > 0.8);
+    assert_true(r1 > r0);
+}
+
+static void test_lr_zero(void **state)
+{
+    (void)state;
+    char err[4096];
+    const char *extra[] = {"--steps", "3", "--lr", "0", "--kl", "10", NULL};
+    if (grpo("frozen", extra, err, sizeof err) != 0)
+        fail_msg("train grpo: %s", err);
+    char mp[512], ad[512], e2[512];
+    path(mp, sizeof mp, "sft/model.gguf");
+    path(ad, sizeof ad, "frozen");
+    struct model *m = NULL;
+    struct lora_adapter *l = NULL;
+    assert_int_equal(model_load(mp, &m, e2, sizeof e2), 0);
+    assert_int_equal(lora_load_peft(ad, m, &l, e2, sizeof e2), 0);
+    /* a fresh adapter has B = 0; with no step size it must still be exactly 0 */
+    int nonzero = 0;
+    for (int64_t i = 0; i < l->n_layer * LORA_N_TARGETS; i++) {
+        const struct lora_pair *pr = &l->pairs[i];
+        for (int64_t k = 0; pr->b && k < pr->n_out * l->rank; k++)
+            nonzero += pr->b[k] != 0.0f;
+    }
+    assert_int_equal(nonzero, 0);
+    lora_free(l);
+    model_free(m);
+}
+
+static char *slurp(const char *run, const char *file, size_t *len)
+{
+    char p[512];
+    snprintf(p, sizeof p, "%s/%s/%s", dir, run, file);
+    FILE *f = fopen(p, "rb");
+    assert_non_null(f);
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *b = malloc((size_t)n + 1);
+    assert_int_equal(fread(b, 1, (size_t)n, f), (size_t)n);
+    b[n] = 0;
+    fclose(f);
+    *len = (size_t)n;
+    return b;
+}
+
+/* The metrics that do not depend on timing, line by line. */
+static json_t *metrics_core(const char *run)
+{
+    size_t len;
+    char *text = slurp(run, "metrics.jsonl", &len);
+    json_t *all = json_array();
+    for (char *s = strtok(text, "\n"); s; s = strtok(NULL, "\n")) {
+        json_t *j = json_loads(s, 0, NULL);
+        assert_non_null(j);
+        json_array_append_new(
+            all,
+            json_pack("{s:O,s:O,s:O,s:O,s:O,s:O,s:O}", "step", json_object_get(j, "step"),
+                      "reward_mean", json_object_get(j, "reward_mean"), "loss",
+                      json_object_get(j, "loss"), "kl", json_object_get(j, "kl"), "grad_norm",
+                      json_object_get(j, "grad_norm"), "entropy", json_object_get(j, "entropy"),
+                      "tool_use", json_object_get(j, "tool_use")));
+        json_decref(j);
+    }
+    free(text);
+    return all;
+}
+
+static void test_resume(void **state)
+{
+    (void)state;
+    char err[4096];
+    const char *straight[] = {"--steps", "4", "--lr", "3e-3", "--save-every", "1", NULL};
+    if (grpo("straight", straight, err, sizeof err) != 0)
+        fail_msg("train grpo: %s", err);
+    const char *first[] = {"--steps",      "4", "--lr", "3e-3", "--save-every", "1",
+                           "--stop-after", "2", NULL};
+    if (grpo("halves", first, err, sizeof err) != 0)
+        fail_msg("train grpo (first half): %s", err);
+    /* without --resume the folder is refused */
+    assert_int_equal(grpo("halves", straight, err, sizeof err), 2);
+    assert_non_null(strstr(err, "--resume"));
+    /* a resume with other settings is refused by name */
+    const char *other[] = {"--steps", "4", "--lr", "1e-3", "--save-every", "1", "--resume", NULL};
+    assert_int_equal(grpo("halves", other, err, sizeof err), 2);
+    assert_non_null(strstr(err, "'lr'"));
+    const char *second[] = {"--steps", "4", "--lr", "3e-3", "--save-every", "1", "--resume", NULL};
+    if (grpo("halves", second, err, sizeof err) != 0)
+        fail_msg("train grpo --resume: %s", err);
+    size_t la, lb;
+    char *a = slurp("straight", "adapter_model.safetensors", &la);
+    char *b = slurp("halves", "adapter_model.safetensors", &lb);
+    assert_int_equal(la, lb);
+    assert_memory_equal(a, b, la);
+    free(a);
+    free(b);
+    json_t *ma = metrics_core("straight"), *mb = metrics_core("halves");
+    assert_int_equal(json_array_size(ma), 4);
+    assert_true(json_equal(ma, mb));
+    json_decref(ma);
+    json_decref(mb);
+    a = slurp("straight", "rollouts.jsonl", &la);
+    b = slurp("halves", "rollouts.jsonl", &lb);
+    assert_int_equal(la, lb);
+    assert_memory_equal(a, b, la);
+    free(a);
+    free(b);
+}
+
+static void expect(const char *out, const char *const *extra, int code, const char *needle)
+{
+    char err[4096];
+    const int got = grpo(out, extra, err, sizeof err);
+    if (got != code || !strstr(err, needle))
+        fail_msg("expected exit %d and '%s', got exit %d: %s", code, needle, got, err);
+}
+
+static void test_bad_input(void **state)
+{
+    (void)state;
+    put("nosuch.jsonl", "{\"question\":\"q\",\"answer\":\"a\",\"bench\":\"nosuchbench\"}\n");
+    put("empty.jsonl", "\n");
+    put("broken.jsonl", "{\"question\":\"q\",\"answer\":\"a\",\"bench\":\"bamboogle\"}\n{oops\n");
+    char nosuch[512], empty[512], broken[512], missing[512];
+    path(nosuch, sizeof nosuch, "nosuch.jsonl");
+    path(empty, sizeof empty, "empty.jsonl");
+    path(broken, sizeof broken, "broken.jsonl");
+    path(missing, sizeof missing, "missing.jsonl");
+    const char *a1[] = {"--data", nosuch, "--steps", "1", NULL};
+    expect("bad1", a1, 2, "nosuchbench");
+    const char *a2[] = {"--data", empty, "--steps", "1", NULL};
+    expect("bad2", a2, 2, "empty");
+    const char *a3[] = {"--group", "1", "--steps", "1", NULL};
+    expect("bad3", a3, 2, "--group");
+    const char *a4[] = {"--model", "http://127.0.0.1:9/v1", "--steps", "1", NULL};
+    expect("bad4", a4, 2, "in-process");
+    const char *a5[] = {"--data", missing, "--steps", "1", NULL};
+    expect("bad5", a5, 4, "missing.jsonl");
+    const char *a6[] = {"--data", broken, "--steps", "1", NULL};
+    expect("bad6", a6, 4, "line 2");
+    const char *a7[] = {"--model", "/nonexistent/model.gguf", "--steps", "1", NULL};
+    expect("bad7", a7, 4, "/nonexistent/model.gguf");
+    const char *a8[] = {"--planner-url", "http://127.0.0.1:9/v1", "--steps", "1", NULL};
+    expect("bad8", a8, 2, "--planner-url");
+    const char *a9[] = {"--loss-agg", "median", NULL};
+    expect("bad9", a9, 2, "--loss-agg");
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_bad_input),
+        cmocka_unit_test(test_lr_zero),
+        cmocka_unit_test(test_resume),
+        cmocka_unit_test(test_learning),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
