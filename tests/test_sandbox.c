@@ -614,6 +614,256 @@ static void test_proc_mem(void **state)
     sandbox_result_deinit(&r);
 }
 
+/* Hard links and symlinks from the working folder to outside it: no write gets through them,
+ * and the fallback's clean-up removes the links, never what they point at. */
+static const char LINK_CODE[] =
+    "import os\n"
+    "def attempt(what, f):\n"
+    "    try:\n"
+    "        f()\n"
+    "        print('DONE', what)\n"
+    "    except OSError as e:\n"
+    "        print('refused', what, e.errno)\n"
+    "attempt('hardlink', lambda: os.link(TARGET, 'hl'))\n"
+    "os.symlink(TARGET, 'sl')\n"
+    "attempt('write-symlink', lambda: open('sl', 'w').write('evil'))\n"
+    "os.symlink(TDIR, 'dl')\n"
+    "attempt('write-dir-symlink', lambda: open('dl/new', 'w').write('evil'))\n"
+    "attempt('unlink-through', lambda: os.unlink('dl/keep'))\n";
+
+static void check_links(int bwrap)
+{
+    char target[] = "/tmp/af_target_XXXXXX", tdir[] = "/tmp/af_tdir_XXXXXX", keep[64];
+    int fd = mkstemp(target);
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, "keep", 4), 4);
+    close(fd);
+    assert_int_equal(chmod(target, 0644), 0);
+    assert_non_null(mkdtemp(tdir));
+    assert_int_equal(chmod(tdir, 0755), 0);
+    snprintf(keep, sizeof keep, "%s/keep", tdir);
+    fd = open(keep, O_CREAT | O_WRONLY, 0644);
+    assert_true(fd >= 0);
+    close(fd);
+    /* Under bubblewrap the host's /tmp is not there: the links point into read-only /etc. */
+    char code[2048];
+    snprintf(code, sizeof code, "TARGET, TDIR = '%s', '%s'\n%s", bwrap ? "/etc/passwd" : target,
+             bwrap ? "/etc" : tdir, LINK_CODE);
+    struct sandbox_result r;
+    run(code, bwrap, 20, &r);
+    if (bwrap || geteuid() == 0) { /* without root the fallback keeps the caller's uid */
+        assert_non_null(strstr(r.out, "refused hardlink"));
+        assert_non_null(strstr(r.out, "refused write-symlink"));
+        assert_non_null(strstr(r.out, "refused write-dir-symlink"));
+        assert_non_null(strstr(r.out, "refused unlink-through"));
+        assert_null(strstr(r.out, "DONE"));
+    } else {
+        fprintf(stderr, "skipped: the rlimits link writes need root (the sandbox is nobody)\n");
+    }
+    sandbox_result_deinit(&r);
+    char buf[16] = "";
+    fd = open(target, O_RDONLY);
+    assert_true(fd >= 0);
+    assert_int_equal(read(fd, buf, sizeof buf - 1), 4);
+    close(fd);
+    assert_string_equal(buf, "keep");
+    assert_int_equal(access(keep, F_OK), 0); /* the clean-up did not follow dl */
+    unlink(keep);
+    rmdir(tdir);
+    unlink(target);
+}
+
+static void test_links_out(void **state)
+{
+    (void)state;
+    check_links(0);
+    if (g_bwrap)
+        check_links(1);
+    else
+        fprintf(stderr, "skipped: the bubblewrap half (no namespaces here)\n");
+}
+
+/* Writes files of `blocks` 64 KiB blocks under a folder until a write fails; prints
+ * "stopped DIR ERRNO BYTES", or "FILLED DIR BYTES" after `limit` bytes. */
+static const char FILL_CODE[] = "import os\n"
+                                "def fill(d, limit, blocks):\n"
+                                "    n = 0\n"
+                                "    try:\n"
+                                "        i = 0\n"
+                                "        while n < limit:\n"
+                                "            with open('%s/fill%d' % (d, i), 'wb', 0) as f:\n"
+                                "                for _ in range(blocks):\n"
+                                "                    f.write(b'x' * 65536)\n"
+                                "                    n += 65536\n"
+                                "            i += 1\n"
+                                "        print('FILLED', d, n)\n"
+                                "    except OSError as e:\n"
+                                "        print('stopped', d, e.errno, n)\n";
+
+static long filled_bytes(const char *out, const char *dir, int want_errno)
+{
+    char key[128];
+    snprintf(key, sizeof key, "stopped %s %d ", dir, want_errno);
+    const char *p = strstr(out, key);
+    if (!p)
+        fprintf(stderr, "no '%s' in: %s\n", key, out);
+    assert_non_null(p);
+    return strtol(p + strlen(key), NULL, 10);
+}
+
+static void test_tmpfs_fill(void **state)
+{
+    (void)state;
+    struct sandbox_params p = sandbox_default_params();
+    p.timeout_s = 60;
+    p.tmpfs_bytes = (size_t)4 << 20;
+    struct sandbox_result r;
+    char code[2048];
+    if (g_bwrap) {
+        /* Both writable tmpfs end at their size (ENOSPC) however many files are made; the
+         * rest of the tree is read-only (EROFS). */
+        snprintf(code, sizeof code,
+                 "%sfill('/dev/shm', 1 << 30, 16)\nfill('/sandbox', 1 << 30, 16)\n"
+                 "for d in ['/', '/dev', '/tmp']:\n"
+                 "    try:\n        open(d.rstrip('/') + '/evil', 'w')\n        print('WROTE', d)\n"
+                 "    except OSError as e:\n        print('readonly', d, e.errno)\n",
+                 FILL_CODE);
+        run_p(code, 1, &p, &r);
+        assert_true(filled_bytes(r.out, "/dev/shm", ENOSPC) <= 4l << 20);
+        assert_true(filled_bytes(r.out, "/sandbox", ENOSPC) <= 4l << 20);
+        assert_null(strstr(r.out, "FILLED"));
+        assert_null(strstr(r.out, "WROTE"));
+        assert_non_null(strstr(r.out, "readonly / 30\n"));
+        assert_non_null(strstr(r.out, "readonly /dev 30\n"));
+        sandbox_result_deinit(&r);
+    } else {
+        fprintf(stderr, "skipped: the bubblewrap half (no namespaces here)\n");
+    }
+    /* The fallback writes the host's /dev/shm: RLIMIT_FSIZE stops each file (EFBIG) at
+     * 1 MiB here; the number of files is not bounded there (README). */
+    p.file_bytes = (size_t)1 << 20;
+    char dir[64];
+    snprintf(dir, sizeof dir, "/dev/shm/af_fill_%d", (int)getpid());
+    assert_int_equal(mkdir(dir, 0777), 0);
+    assert_int_equal(chmod(dir, 0777), 0);
+    snprintf(code, sizeof code, "%sfill('%s', 1 << 30, 17)\n", FILL_CODE, dir);
+    run_p(code, 0, &p, &r);
+    assert_true(filled_bytes(r.out, dir, EFBIG) <= 1l << 20);
+    sandbox_result_deinit(&r);
+    char file[96];
+    snprintf(file, sizeof file, "%s/fill0", dir);
+    struct stat st;
+    assert_int_equal(stat(file, &st), 0);
+    assert_true(st.st_size <= 1 << 20);
+    unlink(file);
+    rmdir(dir);
+}
+
+/* ---- Hostile code strings ------------------------------------------------------------- */
+
+static void test_code_size(void **state)
+{
+    (void)state;
+    size_t n = (size_t)10 << 20;
+    char *code = malloc(n + 1);
+    assert_non_null(code);
+    memset(code, '#', n);
+    static const char tail[] = "\nopen('/tmp/af_ran', 'w')\nprint('ran')\n";
+    memcpy(code + n - sizeof tail, tail, sizeof tail); /* ends the string too */
+    struct sandbox_params p = sandbox_default_params();
+    struct sandbox_result r;
+    char err[256] = "";
+    assert_int_equal(sandbox_run_python(code, &p, g_bwrap, &r, err, sizeof err), AF_ETOOBIG);
+    assert_non_null(strstr(err, "over the limit"));
+    assert_null(r.out);
+    sandbox_result_deinit(&r);
+    /* Through the tool: an error result, nothing run. */
+    struct af_tool *t = af_tool_python_coder_new(NULL);
+    json_t *args = json_pack("{s:s,s:n}", "code", code, "query");
+    json_t *res = NULL;
+    struct af_tool_ctx ctx;
+    memset(&ctx, 0, sizeof ctx);
+    assert_int_equal(af_tool_call(t, args, &ctx, &res), AF_ETOOL);
+    assert_non_null(strstr(json_string_value(json_object_get(res, "error")), "over the limit"));
+    assert_null(json_object_get(res, "printed_output"));
+    json_decref(res);
+    json_decref(args);
+    af_tool_free(t);
+    assert_int_equal(access("/tmp/af_ran", F_OK), -1);
+    /* Just at the limit it runs as any code does. */
+    size_t m = 100u * 1000u;
+    static const char ran[] = "\nprint('ran')\n";
+    memset(code, '#', m);
+    memcpy(code + m - (sizeof ran - 1), ran, sizeof ran);
+    assert_int_equal(strlen(code), m);
+    run_p(code, g_bwrap, &p, &r);
+    assert_string_equal(r.out, "ran\n");
+    sandbox_result_deinit(&r);
+    free(code);
+}
+
+/* A NUL byte ends the code where the tool reads it (a C string): what follows never runs.
+ * Invalid UTF-8 in the code is Python's error; in the output it reaches the result repaired.
+ * The CLI refuses both in --args, as JSON carries neither. */
+static void test_nul_and_invalid_utf8(void **state)
+{
+    (void)state;
+    struct af_tool *t = af_tool_python_coder_new(NULL);
+    struct af_tool_ctx ctx;
+    memset(&ctx, 0, sizeof ctx);
+    static const char with_nul[] = "print('before')\0print('HIDDEN')";
+    json_t *args = json_object(), *res = NULL;
+    json_object_set_new(args, "code", json_stringn(with_nul, sizeof with_nul - 1));
+    json_object_set_new(args, "query", json_null());
+    assert_int_equal(af_tool_call(t, args, &ctx, &res), AF_OK);
+    assert_string_equal(json_string_value(json_object_get(res, "printed_output")), "before\n");
+    json_decref(res);
+    json_decref(args);
+    /* Invalid UTF-8 in the code (0xff 0xfe inside a string literal). */
+    static const char bad_code[] = "print('\xff\xfe')\nprint(1)";
+    args = json_object();
+    json_object_set_new(args, "code", json_stringn_nocheck(bad_code, sizeof bad_code - 1));
+    json_object_set_new(args, "query", json_null());
+    assert_int_equal(af_tool_call(t, args, &ctx, &res), AF_OK);
+    assert_int_equal(json_integer_value(json_object_get(res, "exit_status")), 1);
+    assert_string_equal(json_string_value(json_object_get(res, "printed_output")), "");
+    char *dump = json_dumps(res, 0);
+    assert_non_null(dump); /* every string in the result is valid UTF-8 */
+    free(dump);
+    json_decref(res);
+    json_decref(args);
+    /* Invalid UTF-8 in the output. */
+    args = json_pack("{s:s,s:n}", "code", "import sys\nsys.stdout.buffer.write(b'a\\xff\\xfeb\\n')",
+                     "query");
+    assert_int_equal(af_tool_call(t, args, &ctx, &res), AF_OK);
+    const char *out = json_string_value(json_object_get(res, "printed_output"));
+    assert_non_null(out);
+    assert_int_equal(out[0], 'a');
+    assert_non_null(strchr(out, 'b'));
+    assert_null(strstr(out, "\xff")); /* repaired */
+    json_decref(res);
+    json_decref(args);
+    af_tool_free(t);
+    /* The CLI: --args is JSON. */
+    const char *bad[] = {"{\"code\": \"print(1)\\u0000print(2)\"}",
+                         "{\"code\": \"print('\xff')\"}"};
+    for (int i = 0; i < 2; i++) {
+        const char *argv[] = {proc_agentflow_bin(),
+                              "tool",
+                              "call",
+                              "Python_Code_Generator_Tool",
+                              "--args",
+                              bad[i],
+                              NULL};
+        struct proc_result pr;
+        assert_int_equal(proc_run(argv, NULL, 60, &pr), 0);
+        assert_int_equal(pr.exit_code, 2);
+        assert_non_null(strstr(pr.err, "--args must be a JSON object"));
+        assert_null(strstr(pr.out, "printed_output"));
+        proc_result_deinit(&pr);
+    }
+}
+
 static void test_tool_result_shape(void **state)
 {
     (void)state;
@@ -648,11 +898,20 @@ int main(void)
     if (!g_bwrap)
         fprintf(stderr, "test_sandbox: bubblewrap unavailable; its cases are skipped\n");
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_tool_result_shape),      cmocka_unit_test(test_rlimits_fallback),
-        cmocka_unit_test(test_bwrap_basic_and_limits), cmocka_unit_test(test_bwrap_no_network),
-        cmocka_unit_test(test_bwrap_setsid_escape),    cmocka_unit_test(test_rlimits_setsid_escape),
-        cmocka_unit_test(test_parent_killed),          cmocka_unit_test(test_syscalls_refused),
-        cmocka_unit_test(test_cli_unshare_refused),    cmocka_unit_test(test_proc_mem),
+        cmocka_unit_test(test_tool_result_shape),
+        cmocka_unit_test(test_rlimits_fallback),
+        cmocka_unit_test(test_bwrap_basic_and_limits),
+        cmocka_unit_test(test_bwrap_no_network),
+        cmocka_unit_test(test_bwrap_setsid_escape),
+        cmocka_unit_test(test_rlimits_setsid_escape),
+        cmocka_unit_test(test_parent_killed),
+        cmocka_unit_test(test_syscalls_refused),
+        cmocka_unit_test(test_cli_unshare_refused),
+        cmocka_unit_test(test_proc_mem),
+        cmocka_unit_test(test_links_out),
+        cmocka_unit_test(test_tmpfs_fill),
+        cmocka_unit_test(test_code_size),
+        cmocka_unit_test(test_nul_and_invalid_utf8),
     };
     return cmocka_run_group_tests_name("sandbox", tests, NULL, NULL);
 }
