@@ -20,6 +20,8 @@ int cmd_model(int argc, char **argv);
 int cmd_train(int argc, char **argv);
 /* `train grpo` (cmd_grpo.c); argv[0] is "grpo". */
 int cmd_train_grpo(int argc, char **argv);
+/* `train plot RUN` (cmd_train_plot.c): curves.html and *.svg from RUN/metrics.jsonl. */
+int cmd_train_plot(int argc, char **argv);
 
 /* Maps an AF_E* code of a failed solve to an exit code. */
 int cli_exit_for(int af_err);

@@ -21,6 +21,7 @@ static void train_usage(FILE *f)
             "usage: agentflow train sft --model BASE.gguf --data FILE.jsonl --out DIR [options]\n"
             "       agentflow train grpo --model BASE.gguf --data DATA --out RUN [options]\n"
             "       (Flow-GRPO: `agentflow train grpo --help`)\n"
+            "       agentflow train plot RUN   (curves.html and *.svg from RUN/metrics.jsonl)\n"
             "\n"
             "Fine-tunes on chat JSONL ({\"messages\":[{\"role\",\"content\"},...]}, gzip ok) with\n"
             "the loss on assistant replies only. DIR gets metrics.jsonl, checkpoint-STEP/ and the\n"
@@ -320,6 +321,8 @@ int cmd_train(int argc, char **argv)
         return do_sft(argc - 1, argv + 1);
     if (argc >= 2 && !strcmp(argv[1], "grpo"))
         return cmd_train_grpo(argc - 1, argv + 1);
+    if (argc >= 2 && !strcmp(argv[1], "plot"))
+        return cmd_train_plot(argc - 1, argv + 1);
     const int help = argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"));
     if (!help && argc >= 2)
         fprintf(stderr, "agentflow train: unknown subcommand '%s'\n", argv[1]);

@@ -1,9 +1,11 @@
 /*
- * svg.h - the small inline-SVG charts of the eval report (grouped bar charts, histograms) and
- * the HTML/XML text escaping that every piece of data in the report goes through.
+ * svg.h - the small inline-SVG charts of the eval report (grouped bar charts, histograms), the
+ * line charts of `train plot` (svg_line.c), and the HTML/XML text escaping that every piece of
+ * data in a report goes through.
  *
- * Output is appended to an unlimited af_buf; the SVG carries no xmlns (inline in HTML5), no
- * script and no external reference, so the page stays self-contained and offline.
+ * Output is appended to an unlimited af_buf; the SVG carries no xmlns unless asked for (inline
+ * in HTML5 it needs none), no script and no external reference, so a page stays self-contained
+ * and offline. Thread-safety: plain functions on caller-owned data.
  */
 #ifndef AF_EVAL_SVG_H
 #define AF_EVAL_SVG_H
@@ -37,5 +39,48 @@ struct svg_bars {
 
 /* Appends an <svg> element drawing c. */
 void svg_bar_chart(struct af_buf *b, const struct svg_bars *c);
+
+/* Line charts (svg_line.c): training curves over steps. More series than the bar chart's,
+ * since a tool mix has one per tool. */
+#define SVG_LINE_MAX_SERIES 8
+
+/* The plot area, in SVG user units: x runs from SVG_LINE_LEFT to SVG_LINE_LEFT +
+ * SVG_LINE_PLOT_W, y from SVG_LINE_TOP + SVG_LINE_PLOT_H (the bottom of the y range) up to
+ * SVG_LINE_TOP (its top). Public so that tests can compute where a point lands. */
+#define SVG_LINE_LEFT 64.0
+#define SVG_LINE_TOP 36.0
+#define SVG_LINE_PLOT_W 560.0
+#define SVG_LINE_PLOT_H 200.0
+
+/* One series: n points (x[i], y[i]), drawn in order as a polyline with a marker per point
+ * when there are few. A point whose x or y is not finite is left out (a gap in the data, e.g.
+ * validation run on some steps only). The arrays are borrowed for the call. */
+struct svg_line_series {
+    const char *name; /* legend entry, escaped; NULL: no legend entry */
+    const double *x;
+    const double *y;
+    size_t n;
+};
+
+struct svg_lines {
+    const char *title;   /* shown above the chart, escaped */
+    const char *x_label; /* e.g. "step" */
+    const char *y_label; /* e.g. "reward" */
+    struct svg_line_series series[SVG_LINE_MAX_SERIES];
+    size_t n_series; /* 0..SVG_LINE_MAX_SERIES; with no finite point the chart says "no data" */
+    /* When y_max > y_min, the y range is exactly [y_min, y_max] (widened only to fit data
+     * outside it), e.g. [0, 1] for rates; otherwise it is fitted to the data and rounded out
+     * to the tick step. */
+    double y_min, y_max;
+    /* When x_max > x_min, the x range is [x_min, x_max] (widened to fit the data), e.g. all
+     * the steps of a run for a metric logged on some of them; otherwise exactly the data's. */
+    double x_min, x_max;
+    int standalone; /* 1: add the xmlns a separate .svg file needs (inline HTML5 needs none) */
+};
+
+/* Appends an <svg> element drawing c: a title, y and x ticks with grid lines, the axis labels,
+ * one polyline per series and a legend under the plot. Same guarantees as svg_bar_chart: no
+ * script, no external reference, every text escaped. */
+void svg_line_chart(struct af_buf *b, const struct svg_lines *c);
 
 #endif
