@@ -178,8 +178,13 @@ static void probe_bwrap(void)
     for (double deadline = af_clock_ms() + 5000; rc == 0 && n < sizeof help - 1;) {
         struct pollfd pf = {pipe_fd[0], POLLIN, 0};
         double left = deadline - af_clock_ms();
-        if (left <= 0 || (poll(&pf, 1, (int)left + 1) < 0 && errno != EINTR))
+        if (left <= 0)
             break;
+        int ready = poll(&pf, 1, (int)left + 1);
+        if (ready < 0 && errno != EINTR)
+            break;
+        if (ready <= 0)
+            continue;
         ssize_t r = read(pipe_fd[0], help + n, sizeof help - 1 - n);
         if (r == 0 || (r < 0 && errno != EINTR && errno != EAGAIN))
             break;

@@ -65,7 +65,7 @@ static int deny_personas(scmp_filter_ctx ctx, uint32_t action)
 {
     const int nr = SCMP_SYS(personality);
     const uint64_t top = (uint64_t)1 << 31;
-    if (seccomp_rule_add(ctx, action, nr, 1, SCMP_A0(SCMP_CMP_GT, 0xffffffffu)) != 0)
+    if (seccomp_rule_add(ctx, action, nr, 1, SCMP_A0(SCMP_CMP_GT, 0xffffffffu, 0)) != 0)
         return -1;
     for (int b = 0; b < 31; b++) {
         uint64_t bit = (uint64_t)1 << b;
