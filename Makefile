@@ -11,6 +11,12 @@ CC := gcc
 endif
 
 PKGS := jansson libcurl libmicrohttpd sqlite3 zlib libpcre2-8 libxml-2.0 openblas libseccomp
+# OpenMPI for `mpirun ... train grpo` (src/train/dist.c); without it the trainer is one rank.
+MPI_PKG := $(shell pkg-config --exists ompi-c 2>/dev/null && echo ompi-c)
+ifneq ($(MPI_PKG),)
+PKGS += $(MPI_PKG)
+MPI_DEF := -DAF_HAVE_MPI
+endif
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS))
 PKG_LIBS := $(shell pkg-config --libs $(PKGS))
 CMOCKA_LIBS := $(shell pkg-config --libs cmocka 2>/dev/null || echo -lcmocka)
@@ -22,7 +28,7 @@ ifeq ($(CI),true)
 WARN += -Werror
 endif
 
-CFLAGS_BASE := -std=c11 -D_GNU_SOURCE -DAF_HAVE_CBLAS -pthread -fopenmp $(WARN) -Iinclude -Isrc $(PKG_CFLAGS) -MMD -MP
+CFLAGS_BASE := -std=c11 -D_GNU_SOURCE -DAF_HAVE_CBLAS $(MPI_DEF) -pthread -fopenmp $(WARN) -Iinclude -Isrc $(PKG_CFLAGS) -MMD -MP
 ifeq ($(MODE),debug)
 CFLAGS_MODE := -O0 -g3
 else ifeq ($(MODE),asan)

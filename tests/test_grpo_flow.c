@@ -21,6 +21,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <math.h>
+#include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "agentflow/err.h"
@@ -431,13 +434,287 @@ static void test_bad_input(void **state)
     expect("bad9", a9, 2, "--loss-agg");
 }
 
+/* ---- OpenMPI ---------------------------------------------------------------------------- */
+
+static int have_mpirun(void)
+{
+    return system("command -v mpirun >/dev/null 2>&1") == 0;
+}
+
+/* `mpirun -np 2 agentflow train grpo ...` on the world; returns the exit code, stderr in errbuf. */
+static int grpo_mpi(const char *out, const char *const *extra, char *errbuf, size_t errlen)
+{
+    static char model[512], data[512], outp[512], fixed[512], exec[512], prompts[512];
+    path(model, sizeof model, "sft/model.gguf");
+    path(data, sizeof data, "data.jsonl");
+    path(outp, sizeof outp, out);
+    snprintf(fixed, sizeof fixed, "scripted:%s/fixed.json", dir);
+    snprintf(exec, sizeof exec, "scripted:%s/exec.json", dir);
+    path(prompts, sizeof prompts, "prompts");
+    const char *argv[80] = {"mpirun",
+                            "--allow-run-as-root",
+                            "--oversubscribe",
+                            "-np",
+                            "2",
+                            proc_agentflow_bin(),
+                            "train",
+                            "grpo",
+                            "--model",
+                            model,
+                            "--data",
+                            data,
+                            "--out",
+                            outp,
+                            "--group",
+                            "8",
+                            "--batch",
+                            "2",
+                            "--lora-rank",
+                            "4",
+                            "--max-tokens",
+                            "100",
+                            "--prompts",
+                            prompts,
+                            "--fixed-url",
+                            fixed,
+                            "--executor-url",
+                            exec,
+                            "--tool-url",
+                            exec,
+                            "--tools",
+                            TOOL_A "," TOOL_B,
+                            "--max-steps",
+                            "1",
+                            "--concurrency",
+                            "4",
+                            "--threads",
+                            "1",
+                            "--quiet"};
+    size_t n = 0;
+    while (argv[n])
+        n++;
+    for (; extra && *extra && n < 78; extra++)
+        argv[n++] = *extra;
+    argv[n] = NULL;
+    struct proc_result r;
+    /* proc_run execs without a PATH search: mpirun by its full path */
+    static char mpirun[512];
+    FILE *w = popen("command -v mpirun", "r");
+    assert_non_null(w);
+    assert_non_null(fgets(mpirun, sizeof mpirun, w));
+    pclose(w);
+    mpirun[strcspn(mpirun, "\n")] = 0;
+    argv[0] = mpirun;
+    assert_int_equal(proc_run(argv, NULL, 600, &r), 0);
+    snprintf(errbuf, errlen, "%s", r.err ? r.err : "");
+    const int code = r.exit_code;
+    proc_result_deinit(&r);
+    return code;
+}
+
+static struct lora_adapter *load_adapter(const char *run, struct model **m)
+{
+    char mp[512], ad[512], e[512];
+    path(mp, sizeof mp, "sft/model.gguf");
+    path(ad, sizeof ad, run);
+    struct lora_adapter *l = NULL;
+    if (!*m)
+        assert_int_equal(model_load(mp, m, e, sizeof e), 0);
+    if (lora_load_peft(ad, *m, &l, e, sizeof e))
+        fail_msg("%s", e);
+    return l;
+}
+
+/* Two ranks agree every step (a checksum mismatch would stop them) and give the one-rank run's
+ * result within float tolerance: the same rollouts, the same rewards, nearly the same
+ * weights. */
+static void test_mpi_two_ranks(void **state)
+{
+    (void)state;
+    if (!have_mpirun())
+        skip();
+    char err[8192];
+    const char *extra[] = {"--steps", "2", "--lr", "3e-3", "--seed", "5", NULL};
+    const int code = grpo_mpi("mpi2", extra, err, sizeof err);
+    if (code != 0 && strstr(err, "no OpenMPI")) {
+        fprintf(stderr, "skipping: this build has no OpenMPI\n");
+        skip();
+    }
+    if (code != 0)
+        fail_msg("mpirun -np 2: exit %d: %s", code, err);
+    const char *one[] = {"--steps", "2", "--lr", "3e-3", "--seed", "5", "--threads", "1", NULL};
+    if (grpo("mpi1", one, err, sizeof err) != 0)
+        fail_msg("one rank: %s", err);
+    json_t *a = metrics_core("mpi1"), *b = metrics_core("mpi2");
+    assert_int_equal(json_array_size(a), 2);
+    assert_int_equal(json_array_size(b), 2);
+    for (size_t i = 0; i < 2; i++) {
+        const json_t *x = json_array_get(a, i), *y = json_array_get(b, i);
+        assert_true(
+            json_equal(json_object_get(x, "reward_mean"), json_object_get(y, "reward_mean")));
+        assert_true(json_equal(json_object_get(x, "tool_use"), json_object_get(y, "tool_use")));
+        const double lx = json_number_value(json_object_get(x, "loss")),
+                     ly = json_number_value(json_object_get(y, "loss"));
+        assert_true(fabs(lx - ly) <= 1e-6 * fmax(1e-3, fabs(lx)));
+    }
+    json_decref(a);
+    json_decref(b);
+    char ra[512], rb[512];
+    snprintf(ra, sizeof ra, "%s/mpi1/rollouts.jsonl", dir);
+    snprintf(rb, sizeof rb, "%s/mpi2/rollouts.jsonl", dir);
+    assert_int_equal(proc_count_lines(ra), proc_count_lines(rb));
+    struct model *m = NULL;
+    struct lora_adapter *x = load_adapter("mpi1", &m), *y = load_adapter("mpi2", &m);
+    assert_int_equal(x->n_floats, y->n_floats);
+    double maxd = 0, maxv = 0;
+    for (size_t i = 0; i < x->n_floats; i++) {
+        maxd = fmax(maxd, fabs((double)x->data[i] - (double)y->data[i]));
+        maxv = fmax(maxv, fabs((double)x->data[i]));
+    }
+    fprintf(stderr, "2 ranks vs 1: max |delta| %.3g of max |w| %.3g\n", maxd, maxv);
+    assert_true(maxd <= 1e-4 * maxv);
+    lora_free(x);
+    lora_free(y);
+    model_free(m);
+}
+
+/* Finds the process of rank `rank` whose command line names `needle`; 0 when none. */
+static pid_t find_rank(int rank, const char *needle)
+{
+    char want[64];
+    snprintf(want, sizeof want, "OMPI_COMM_WORLD_RANK=%d", rank);
+    FILE *ls = popen("ls /proc", "r");
+    char name[64];
+    pid_t found = 0;
+    while (ls && !found && fgets(name, sizeof name, ls)) {
+        const int pid = atoi(name);
+        if (pid <= 0)
+            continue;
+        char p[128], buf[16384];
+        snprintf(p, sizeof p, "/proc/%d/cmdline", pid);
+        FILE *f = fopen(p, "rb");
+        if (!f)
+            continue;
+        size_t n = fread(buf, 1, sizeof buf - 1, f);
+        fclose(f);
+        for (size_t i = 0; i < n; i++)
+            buf[i] = buf[i] ? buf[i] : ' ';
+        buf[n] = 0;
+        if (!strstr(buf, needle) || strstr(buf, "mpirun"))
+            continue;
+        snprintf(p, sizeof p, "/proc/%d/environ", pid);
+        f = fopen(p, "rb");
+        if (!f)
+            continue;
+        n = fread(buf, 1, sizeof buf - 1, f);
+        fclose(f);
+        buf[n] = 0;
+        for (size_t i = 0; i < n; i++)
+            if (!strcmp(buf + i, want)) {
+                found = pid;
+                break;
+            } else {
+                i += strlen(buf + i);
+            }
+    }
+    if (ls)
+        pclose(ls);
+    return found;
+}
+
+/* Killing one rank stops the other with an error, not a hang. */
+static void test_mpi_kill_rank(void **state)
+{
+    (void)state;
+    if (!have_mpirun())
+        skip();
+    static char mpirun[512], model[512], data[512], outp[512], fixed[512], exec[512], prompts[512];
+    FILE *w = popen("command -v mpirun", "r");
+    assert_non_null(fgets(mpirun, sizeof mpirun, w));
+    pclose(w);
+    mpirun[strcspn(mpirun, "\n")] = 0;
+    path(model, sizeof model, "sft/model.gguf");
+    path(data, sizeof data, "data.jsonl");
+    path(outp, sizeof outp, "mpikill");
+    snprintf(fixed, sizeof fixed, "scripted:%s/fixed.json", dir);
+    snprintf(exec, sizeof exec, "scripted:%s/exec.json", dir);
+    path(prompts, sizeof prompts, "prompts");
+    const char *argv[] = {mpirun,
+                          "--allow-run-as-root",
+                          "--oversubscribe",
+                          "-np",
+                          "2",
+                          proc_agentflow_bin(),
+                          "train",
+                          "grpo",
+                          "--model",
+                          model,
+                          "--data",
+                          data,
+                          "--out",
+                          outp,
+                          "--group",
+                          "8",
+                          "--batch",
+                          "2",
+                          "--steps",
+                          "500",
+                          "--lora-rank",
+                          "4",
+                          "--max-tokens",
+                          "100",
+                          "--prompts",
+                          prompts,
+                          "--fixed-url",
+                          fixed,
+                          "--executor-url",
+                          exec,
+                          "--tool-url",
+                          exec,
+                          "--tools",
+                          TOOL_A "," TOOL_B,
+                          "--max-steps",
+                          "1",
+                          "--threads",
+                          "1",
+                          "--quiet",
+                          NULL};
+    const pid_t mp = proc_spawn(argv);
+    assert_true(mp > 0);
+    pid_t victim = 0;
+    for (int i = 0; i < 600 && !victim; i++) { /* up to 60 s for the ranks to start */
+        usleep(100000);
+        victim = find_rank(1, outp);
+    }
+    if (!victim) {
+        kill(mp, SIGKILL);
+        waitpid(mp, NULL, 0);
+        fail_msg("rank 1 of the mpirun job never appeared");
+    }
+    sleep(2); /* into the training loop */
+    assert_int_equal(kill(victim, SIGKILL), 0);
+    int status = 0, done = 0;
+    for (int i = 0; i < 1200 && !done; i++) { /* 120 s: a hang fails the test */
+        if (waitpid(mp, &status, WNOHANG) == mp)
+            done = 1;
+        else
+            usleep(100000);
+    }
+    if (!done) {
+        kill(mp, SIGKILL);
+        waitpid(mp, NULL, 0);
+        fail_msg("mpirun still runs 120 s after rank 1 was killed: a hang");
+    }
+    assert_false(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    assert_int_equal(find_rank(0, outp), 0); /* rank 0 is gone too */
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_bad_input),
-        cmocka_unit_test(test_lr_zero),
-        cmocka_unit_test(test_resume),
-        cmocka_unit_test(test_learning),
+        cmocka_unit_test(test_bad_input),     cmocka_unit_test(test_lr_zero),
+        cmocka_unit_test(test_resume),        cmocka_unit_test(test_learning),
+        cmocka_unit_test(test_mpi_two_ranks), cmocka_unit_test(test_mpi_kill_rank),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

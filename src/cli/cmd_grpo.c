@@ -20,6 +20,7 @@
 #include "engine/lora.h"
 #include "eval/dataset.h"
 #include "eval/judge.h"
+#include "train/dist.h"
 #include "train/gemm.h"
 #include "train/grpo.h"
 
@@ -586,7 +587,12 @@ int cmd_train_grpo(int argc, char **argv)
         a.o.reward_user = &judge;
     }
     train_gemm_set_threads(cfg.threads);
-    prog.quiet = a.quiet;
+    if (train_dist_init(err, sizeof err)) {
+        fprintf(stderr, CMD ": %s\n", err);
+        code = CLI_EBACKEND;
+        goto out;
+    }
+    prog.quiet = a.quiet || train_dist_rank() != 0;
     prog.tty = isatty(2);
     a.o.on_step = on_step;
     a.o.on_message = on_message;
@@ -594,9 +600,14 @@ int cmd_train_grpo(int argc, char **argv)
     a.o.user = &prog;
     int rcode = train_grpo_run(&a.o, err, sizeof err);
     if (rcode) {
-        fprintf(stderr, "%s" CMD ": %s\n", prog.tty && !prog.quiet ? "\n" : "", err);
+        if (train_dist_size() > 1)
+            fprintf(stderr, CMD ": rank %d: %s\n", train_dist_rank(), err);
+        else
+            fprintf(stderr, "%s" CMD ": %s\n", prog.tty && !prog.quiet ? "\n" : "", err);
         code = exit_for(rcode);
+        train_dist_abort(code); /* the other ranks would wait for this one */
     }
+    train_dist_finalize();
 out:
     json_decref(data);
     json_decref(val);

@@ -14,6 +14,7 @@
 
 #include "agentflow/engine.h"
 #include "agentflow/score.h"
+#include "core/buf.h"
 #include "core/clock.h"
 #include "core/errf.h"
 #include "core/fileio.h"
@@ -21,6 +22,7 @@
 #include "engine/lora.h"
 #include "engine/model.h"
 #include "train/ckpt.h"
+#include "train/dist.h"
 #include "train/grpo_int.h"
 #include "train/net.h"
 #include "train/rng.h"
@@ -76,7 +78,7 @@ struct run {
 static void note(const struct run *r, const char *fmt, ...) AF_PRINTF(2, 3);
 static void note(const struct run *r, const char *fmt, ...)
 {
-    if (!r->o->on_message)
+    if (!r->o->on_message || train_dist_rank() != 0)
         return;
     char buf[1024];
     va_list ap;
@@ -391,11 +393,13 @@ static int append_line(struct af_linelog *log, json_t *j, const char *path, char
     return rc;
 }
 
+/* One line per trajectory; every rank's lines go to rank 0, which appends them. */
 static int log_rollouts(struct run *r, const struct grpo_traj *t, int64_t n, char *err,
                         size_t errlen)
 {
-    int rc = AF_OK;
-    for (int64_t k = 0; k < n && !rc; k++) {
+    struct af_buf text;
+    af_buf_init(&text, AF_BUF_NOLIMIT);
+    for (int64_t k = 0; k < n; k++) {
         const json_t *item = json_array_get(r->o->data, (size_t)t[k].item);
         json_t *j = json_pack("{s:I,s:I,s:I,s:f,s:b,s:i,s:I}", "step", (json_int_t)r->st.step + 1,
                               "item", (json_int_t)t[k].item, "sample", (json_int_t)t[k].sample,
@@ -408,8 +412,26 @@ static int log_rollouts(struct run *r, const struct grpo_traj *t, int64_t n, cha
         json_object_set(j, "tools", t[k].tool_use);
         if (t[k].errmsg)
             json_object_set_new(j, "error", json_string(t[k].errmsg));
-        rc = append_line(r->rollouts, j, "rollouts.jsonl", err, errlen);
+        char *line = json_dumps(j, JSON_COMPACT);
+        json_decref(j);
+        if (text.len)
+            (void)af_buf_append(&text, "\n", 1);
+        (void)af_buf_append(&text, line, strlen(line));
+        free(line);
     }
+    char *all = NULL;
+    int rc = train_dist_gather_text(af_buf_str(&text), &all, err, errlen);
+    af_buf_deinit(&text);
+    for (char *p = all; !rc && r->rollouts && p && *p;) {
+        char *nl = strchr(p, '\n');
+        const size_t l = nl ? (size_t)(nl - p) : strlen(p);
+        if (l && af_linelog_append(r->rollouts, p, l)) {
+            af_errf(err, errlen, "%s/rollouts.jsonl: cannot append", r->o->out_dir);
+            rc = AF_EIO;
+        }
+        p += l + (nl ? 1 : 0);
+    }
+    free(all);
     return rc;
 }
 
@@ -484,12 +506,100 @@ static void sum_trajs(const struct grpo_traj *t, int64_t n, struct step_sums *s)
     }
 }
 
+static void add_counts(json_t *into, const json_t *from)
+{
+    const char *key;
+    json_t *v;
+    json_object_foreach((json_t *)(uintptr_t)from, key, v)
+    {
+        json_t *c = json_object_get(into, key);
+        json_object_set_new(into, key,
+                            json_integer((c ? json_integer_value(c) : 0) + json_integer_value(v)));
+    }
+}
+
+/* Sums every rank's step figures (every rank gets the totals) and agrees on failure: a rank
+ * whose rollouts failed makes them all stop. */
+static int reduce_sums(struct step_sums *s, int failed, char *err, size_t errlen)
+{
+    double v[13] = {s->reward,
+                    s->correct,
+                    s->degenerate,
+                    (double)s->n_traj,
+                    (double)s->n_groups,
+                    (double)s->turns,
+                    (double)s->resp_tokens,
+                    (double)s->gen_tokens,
+                    (double)s->steps,
+                    (double)s->failed_steps,
+                    (double)s->solve_errors,
+                    (double)s->train_tokens,
+                    failed ? 1.0 : 0.0};
+    int rc = train_dist_sum_doubles(v, 13, err, errlen);
+    if (!rc)
+        rc = train_dist_max_i64(&s->turns_max, err, errlen);
+    char *mine = json_dumps(s->tool_use, JSON_COMPACT), *all = NULL;
+    if (!rc)
+        rc = train_dist_gather_text(mine ? mine : "{}", &all, err, errlen);
+    free(mine);
+    if (rc) {
+        free(all);
+        return rc;
+    }
+    s->reward = v[0];
+    s->correct = v[1];
+    s->degenerate = v[2];
+    s->n_traj = (int64_t)v[3];
+    s->n_groups = (int64_t)v[4];
+    s->turns = (int64_t)v[5];
+    s->resp_tokens = (int64_t)v[6];
+    s->gen_tokens = (int64_t)v[7];
+    s->steps = (int64_t)v[8];
+    s->failed_steps = (int64_t)v[9];
+    s->solve_errors = (int64_t)v[10];
+    s->train_tokens = (int64_t)v[11];
+    if (train_dist_size() > 1) {
+        json_t *merged = json_object();
+        for (char *p = all; p && *p;) {
+            char *nl = strchr(p, '\n');
+            const size_t l = nl ? (size_t)(nl - p) : strlen(p);
+            json_t *j = json_loadb(p, l, 0, NULL);
+            if (j)
+                add_counts(merged, j);
+            json_decref(j);
+            p += l + (nl ? 1 : 0);
+        }
+        json_decref(s->tool_use);
+        s->tool_use = merged;
+    }
+    free(all);
+    if (v[12] > 0 && !failed) {
+        af_errf(err, errlen, "another rank's rollouts failed (its log says why)");
+        return AF_EBACKEND;
+    }
+    return AF_OK;
+}
+
+/* This rank's share of n items: every K-th, starting at its rank. */
+static int64_t my_share(const int64_t *all, int64_t n, int64_t *mine)
+{
+    const int K = train_dist_size(), me = train_dist_rank();
+    int64_t m = 0;
+    for (int64_t i = 0; i < n; i++)
+        if (i % K == me)
+            mine[m++] = all[i];
+    return m;
+}
+
 static double validate(struct run *r, char *err, size_t errlen, int *rc)
 {
-    const int64_t n = (int64_t)json_array_size(r->o->val);
-    int64_t *items = af_xmalloc((size_t)n * sizeof *items);
-    for (int64_t i = 0; i < n; i++)
-        items[i] = i;
+    const int64_t n_all = (int64_t)json_array_size(r->o->val);
+    int64_t *all = af_xmalloc((size_t)n_all * sizeof *all),
+            *items = af_xmalloc((size_t)n_all * sizeof *items);
+    for (int64_t i = 0; i < n_all; i++)
+        all[i] = i;
+    const int64_t n = my_share(all, n_all, items);
+    free(all);
     struct af_flow_params fp = r->flow;
     /* the planner at the evaluation settings the caller gave (eval run's) */
     fp.slots[AF_SLOT_PLANNER].sampling = r->o->flow.slots[AF_SLOT_PLANNER].sampling;
@@ -508,14 +618,22 @@ static double validate(struct run *r, char *err, size_t errlen, int *rc)
                                  NULL};
     struct grpo_traj *t = NULL;
     *rc = grpo_rollouts(&q, &t, err, errlen);
-    double acc = 0;
+    double acc[2] = {0, *rc ? 1.0 : 0.0};
     for (int64_t k = 0; k < n; k++) {
-        acc += t[k].correct;
+        acc[0] += t[k].correct;
         grpo_traj_deinit(&t[k]);
     }
     free(t);
     free(items);
-    return n ? acc / (double)n : 0;
+    const int local = *rc;
+    int rc2 = train_dist_sum_doubles(acc, 2, err, errlen);
+    if (!local && !rc2 && acc[1] > 0) {
+        af_errf(err, errlen, "another rank's validation failed (its log says why)");
+        rc2 = AF_EBACKEND;
+    }
+    if (!local)
+        *rc = rc2;
+    return n_all ? acc[0] / (double)n_all : 0;
 }
 
 static json_t *metrics_json(const struct run *r, const struct step_sums *s,
@@ -557,6 +675,8 @@ static json_t *metrics_json(const struct run *r, const struct step_sums *s,
 
 static int save(struct run *r, char *err, size_t errlen)
 {
+    if (train_dist_rank() != 0)
+        return AF_OK;
     int rc = ckpt_save(r->o->out_dir, &r->st, r->lora, r->m, r->params, r->np, &r->opt, r->o->keep,
                        err, errlen);
     if (!rc)
@@ -567,31 +687,44 @@ static int save(struct run *r, char *err, size_t errlen)
 static int step_once(struct run *r, struct train_grpo_step *out, char *err, size_t errlen)
 {
     const struct train_grpo_opts *o = r->o;
+    /* every rank draws the whole batch (the same data order everywhere) and rolls out its
+     * share of the questions */
+    int64_t *batch = af_xmalloc((size_t)o->batch * sizeof *batch);
     int64_t *items = af_xmalloc((size_t)o->batch * sizeof *items);
     for (int64_t i = 0; i < o->batch; i++)
-        items[i] = next_item(r);
+        batch[i] = next_item(r);
+    const int64_t n_q = my_share(batch, o->batch, items);
+    free(batch);
     double t0 = af_clock_ms();
     struct grpo_rollout_req q = {
-        &r->flow,       o->data,      items,     o->batch,       o->group, o->seed, r->st.step,
-        o->concurrency, o->reward_f1, o->reward, o->reward_user, on_done,  r};
+        &r->flow,   o->data,        items,        n_q,       o->group,       o->seed,
+        r->st.step, o->concurrency, o->reward_f1, o->reward, o->reward_user, on_done,
+        r};
     struct grpo_traj *t = NULL;
     int rc = grpo_rollouts(&q, &t, err, errlen);
     const double roll_s = (af_clock_ms() - t0) / 1000.0;
-    const int64_t n_traj = o->batch * o->group;
+    const int64_t n_traj = n_q * o->group;
     struct step_sums s;
     memset(&s, 0, sizeof s);
     s.tool_use = json_object();
+    size_t n_turns = 0;
+    struct grpo_turn *turns = NULL;
     if (!rc) {
         sum_trajs(t, n_traj, &s);
-        rc = log_rollouts(r, t, n_traj, err, errlen);
+        turns = gather(t, n_q, o->group, &n_turns, &s);
     }
-    if (!rc && s.solve_errors == n_traj) {
-        af_errf(err, errlen, "every rollout of step %lld failed; the first: %s",
-                (long long)r->st.step + 1, t[0].errmsg ? t[0].errmsg : "(no message)");
+    const int local_rc = rc;
+    rc = reduce_sums(&s, local_rc != AF_OK, err, errlen);
+    if (local_rc) /* this rank's own error comes first */
+        rc = local_rc;
+    if (!rc)
+        rc = log_rollouts(r, t, n_traj, err, errlen);
+    if (!rc && s.solve_errors == s.n_traj) {
+        af_errf(err, errlen, "every rollout of step %lld failed; %s%s", (long long)r->st.step + 1,
+                n_traj ? "the first: " : "",
+                n_traj && t[0].errmsg ? t[0].errmsg : "see each rank's rollouts");
         rc = AF_EBACKEND;
     }
-    size_t n_turns = 0;
-    struct grpo_turn *turns = rc ? NULL : gather(t, o->batch, o->group, &n_turns, &s);
     for (int64_t k = 0; k < n_traj && t; k++)
         grpo_traj_deinit(&t[k]);
     free(t);
@@ -620,6 +753,10 @@ static int step_once(struct run *r, struct train_grpo_step *out, char *err, size
         rc = grpo_update(&uq, turns, n_turns, &u, err, errlen);
     }
     if (!rc)
+        rc = train_dist_check_same(
+            train_dist_checksum(r->lora->data, r->lora->n_floats * sizeof *r->lora->data),
+            "the adapter's checksum", err, errlen);
+    if (!rc)
         rc = af_engine_set_lora(r->engine, r->lora, err, errlen);
     const double upd_s = (af_clock_ms() - t0) / 1000.0;
     turns_free(turns, n_turns);
@@ -628,7 +765,7 @@ static int step_once(struct run *r, struct train_grpo_step *out, char *err, size
         double val = NAN;
         if (o->eval_every > 0 && r->st.step % o->eval_every == 0)
             val = validate(r, err, errlen, &rc);
-        if (!rc)
+        if (!rc && r->metrics)
             rc = append_line(r->metrics, metrics_json(r, &s, &u, lr, roll_s, upd_s, val),
                              "metrics.jsonl", err, errlen);
         memset(out, 0, sizeof *out);
@@ -658,6 +795,8 @@ static int step_once(struct run *r, struct train_grpo_step *out, char *err, size
 static int open_logs(struct run *r, char *err, size_t errlen)
 {
     const char *dir = r->o->out_dir;
+    if (train_dist_rank() != 0) /* rank 0 alone writes */
+        return AF_OK;
     if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
         af_errf(err, errlen, "%s: cannot create the folder: %s", dir, strerror(errno));
         return AF_EIO;
@@ -716,7 +855,7 @@ int train_grpo_run(const struct train_grpo_opts *o, char *err, size_t errlen)
                     break;
                 s.saved = 1;
             }
-            if (o->on_step)
+            if (o->on_step && train_dist_rank() == 0)
                 o->on_step(o->user, &s);
             if (stop) {
                 note(&r, "stopped after step %lld as asked; continue with --resume",

@@ -10,6 +10,7 @@
 #include "core/clock.h"
 #include "core/errf.h"
 #include "core/xalloc.h"
+#include "train/dist.h"
 #include "train/grpo_int.h"
 #include "train/rng.h"
 
@@ -77,19 +78,77 @@ static int reference(const struct grpo_update_req *q, struct grpo_turn *turns, s
     return rc;
 }
 
-static int minibatch(const struct grpo_update_req *q, struct grpo_turn *turns, const int64_t *idx,
-                     size_t m, int first, struct grpo_update_stats *st, char *err, size_t errlen)
+/* Sums the gradients of every rank (in rank order, the same bits everywhere) with one flag
+ * that says whether any rank failed, so that all of them stop together. */
+static int sum_grads(const struct grpo_update_req *q, int failed, int *any_failed, char *err,
+                     size_t errlen)
 {
-    int64_t *ntok = af_xmalloc(m * sizeof *ntok), *traj = af_xmalloc(m * sizeof *traj);
-    double *coef = af_xmalloc(m * sizeof *coef);
+    *any_failed = failed;
+    if (train_dist_size() == 1)
+        return AF_OK;
+    size_t total = 1;
+    for (size_t k = 0; k < q->np; k++)
+        total += (size_t)q->params[k].n;
+    float *buf = af_xmalloc(total * sizeof *buf);
+    size_t at = 0;
+    for (size_t k = 0; k < q->np; k++) {
+        memcpy(buf + at, q->params[k].g, (size_t)q->params[k].n * sizeof *buf);
+        at += (size_t)q->params[k].n;
+    }
+    buf[at] = failed ? 1.0f : 0.0f;
+    int rc = train_dist_sum_floats(buf, total, err, errlen);
+    at = 0;
+    for (size_t k = 0; k < q->np && !rc; k++) {
+        memcpy(q->params[k].g, buf + at, (size_t)q->params[k].n * sizeof *buf);
+        at += (size_t)q->params[k].n;
+    }
+    if (!rc)
+        *any_failed = buf[at] > 0.0f;
+    free(buf);
+    return rc;
+}
+
+/* The coefficients of this rank's turns of one mini-batch, normalised over every rank's: a
+ * token's weight is 1 / (all tokens) for token-mean, and a trajectory's 1 / (all
+ * trajectories) for seq-mean-token-mean (a trajectory's turns are all on one rank). */
+static int coefs(const struct grpo_update_req *q, const struct grpo_turn *turns, const int64_t *idx,
+                 size_t m, double *coef, char *err, size_t errlen)
+{
+    int64_t *ntok = af_xmalloc((m ? m : 1) * sizeof *ntok);
+    int64_t *traj = af_xmalloc((m ? m : 1) * sizeof *traj);
+    double local[2] = {0, 0}; /* tokens, trajectories */
     for (size_t k = 0; k < m; k++) {
         ntok[k] = turns[idx[k]].n_resp;
         traj[k] = turns[idx[k]].traj;
+        local[0] += (double)ntok[k];
+        int first = 1;
+        for (size_t j = 0; j < k && first; j++)
+            first = traj[j] != traj[k] || ntok[j] <= 0;
+        local[1] += first && ntok[k] > 0;
     }
     grpo_agg_coefs(q->agg, m, ntok, traj, coef);
+    double all[2] = {local[0], local[1]};
+    int rc = train_dist_sum_doubles(all, 2, err, errlen);
+    const int i = q->agg == GRPO_AGG_TOKEN_MEAN ? 0 : 1;
+    const double f = all[i] > 0 ? local[i] / all[i] : 0;
+    for (size_t k = 0; k < m && !rc; k++)
+        coef[k] *= f;
+    free(ntok);
+    free(traj);
+    return rc;
+}
+
+static int minibatch(const struct grpo_update_req *q, struct grpo_turn *turns, const int64_t *idx,
+                     size_t m, int first, struct grpo_update_stats *st, char *err, size_t errlen)
+{
+    double *coef = af_xmalloc((m ? m : 1) * sizeof *coef);
+    int rc = coefs(q, turns, idx, m, coef, err, errlen);
+    if (rc) {
+        free(coef);
+        return rc;
+    }
     double t0 = af_clock_ms();
     train_grads_zero(q->params, q->np);
-    int rc = AF_OK;
     double loss = 0;
     for (size_t k = 0; k < m && !rc; k++) {
         const struct grpo_turn *u = &turns[idx[k]];
@@ -123,12 +182,19 @@ static int minibatch(const struct grpo_update_req *q, struct grpo_turn *turns, c
         free(ent);
         free(c.tok);
     }
-    free(ntok);
-    free(traj);
     free(coef);
+    int any_failed = 0;
+    const int local_rc = rc;
+    rc = sum_grads(q, local_rc != AF_OK, &any_failed, err, errlen);
     st->bwd_s += (af_clock_ms() - t0) / 1000.0;
+    if (local_rc)
+        return local_rc;
     if (rc)
         return rc;
+    if (any_failed) {
+        af_errf(err, errlen, "another rank failed in the update (its log says why)");
+        return AF_EBACKEND;
+    }
     t0 = af_clock_ms();
     st->loss += loss;
     st->opt_steps++;
@@ -147,8 +213,6 @@ int grpo_update(const struct grpo_update_req *q, struct grpo_turn *turns, size_t
                 struct grpo_update_stats *st, char *err, size_t errlen)
 {
     memset(st, 0, sizeof *st);
-    if (n == 0)
-        return AF_OK;
     int rc = AF_OK;
     double t0 = af_clock_ms();
     double mism = 0;
@@ -163,39 +227,58 @@ int grpo_update(const struct grpo_update_req *q, struct grpo_turn *turns, size_t
         all += u->n_resp;
     }
     st->old_s = (af_clock_ms() - t0) / 1000.0;
-    st->logp_mismatch = all ? mism / (double)all : 0;
-    if (rc)
-        return rc;
+    double mm[2] = {mism, (double)all};
+    if (rc || (rc = train_dist_sum_doubles(mm, 2, err, errlen)))
+        return rc; /* a failed forward stops this rank; mpirun then ends the others */
+    st->logp_mismatch = mm[1] > 0 ? mm[0] / mm[1] : 0;
     t0 = af_clock_ms();
     if ((rc = reference(q, turns, n, err, errlen)))
         return rc;
     st->ref_s = (af_clock_ms() - t0) / 1000.0;
 
-    int64_t *order = af_xmalloc(n * sizeof *order);
-    const size_t mb = q->mini_batch > 0 && (size_t)q->mini_batch < n ? (size_t)q->mini_batch : n;
+    /* Each rank cuts its own turns into mini-batches of mini_batch / ranks; every rank takes
+     * as many optimiser steps as the rank with the most chunks (empty chunks add nothing). */
+    int64_t *order = af_xmalloc((n ? n : 1) * sizeof *order);
+    const int K = train_dist_size();
+    size_t mb = n ? n : 1;
+    if (q->mini_batch > 0) {
+        const size_t per = (size_t)((q->mini_batch + K - 1) / K);
+        mb = per < mb ? per : mb;
+    }
+    int64_t chunks = q->mini_batch > 0 ? (int64_t)((n + mb - 1) / mb) : 1;
+    if (!rc)
+        rc = train_dist_max_i64(&chunks, err, errlen);
     for (int e = 0; e < q->ppo_epochs && !rc; e++) {
         for (size_t k = 0; k < n; k++)
             order[k] = (int64_t)k;
-        if (mb < n) { /* the chunks differ between epochs; one chunk needs no shuffle */
+        if (chunks > 1) { /* the chunks differ between epochs; one chunk needs no shuffle */
             struct train_rng rng;
             train_rng_seed(&rng, q->shuffle_seed + (uint64_t)e);
             train_rng_shuffle(&rng, order, (int64_t)n);
         }
-        for (size_t s0 = 0; s0 < n && !rc; s0 += mb) {
-            const size_t m = n - s0 < mb ? n - s0 : mb;
-            rc = minibatch(q, turns, order + s0, m, e == 0 && s0 == 0, st, err, errlen);
+        for (int64_t c = 0; c < chunks && !rc; c++) {
+            const size_t s0 = (size_t)c * mb;
+            const size_t m = s0 >= n ? 0 : (n - s0 < mb ? n - s0 : mb);
+            rc = minibatch(q, turns, order + (s0 < n ? s0 : 0), m, e == 0 && c == 0, st, err,
+                           errlen);
         }
     }
     free(order);
+    double sums[8] = {st->kl,      st->ratio, st->clip_low,          st->clip_high,
+                      st->entropy, st->loss,  (double)st->evaluated, (double)st->tokens};
+    if (!rc)
+        rc = train_dist_sum_doubles(sums, 8, err, errlen);
+    st->evaluated = (int64_t)sums[6];
+    st->tokens = (int64_t)sums[7];
     if (st->evaluated > 0) {
         const double d = (double)st->evaluated;
-        st->kl /= d;
-        st->ratio /= d;
-        st->clip_low /= d;
-        st->clip_high /= d;
-        st->entropy /= d;
+        st->kl = sums[0] / d;
+        st->ratio = sums[1] / d;
+        st->clip_low = sums[2] / d;
+        st->clip_high = sums[3] / d;
+        st->entropy = sums[4] / d;
     }
-    if (st->opt_steps > 0)
-        st->loss /= (double)st->opt_steps;
+    /* each rank's loss is its share of the global mean: their sum is the loss */
+    st->loss = st->opt_steps > 0 ? sums[5] / (double)st->opt_steps : 0;
     return rc;
 }
