@@ -434,6 +434,125 @@ static void test_bad_input(void **state)
     expect("bad9", a9, 2, "--loss-agg");
 }
 
+/* --eval-every runs the planner on --val and logs val_accuracy on those steps only. */
+static void test_validation(void **state)
+{
+    (void)state;
+    char err[4096], data[512];
+    path(data, sizeof data, "data.jsonl");
+    const char *extra[] = {"--steps",      "2", "--lr", "3e-3", "--val", data,
+                           "--eval-every", "2", NULL};
+    if (grpo("val", extra, err, sizeof err) != 0)
+        fail_msg("train grpo --val: %s", err);
+    size_t len;
+    char *text = slurp("val", "metrics.jsonl", &len);
+    char *nl = strchr(text, '\n');
+    assert_non_null(nl);
+    *nl = 0;
+    json_t *a = json_loads(text, 0, NULL), *b = json_loads(nl + 1, 0, NULL);
+    assert_true(a && b);
+    assert_null(json_object_get(a, "val_accuracy"));
+    const json_t *v = json_object_get(b, "val_accuracy");
+    assert_true(json_is_number(v));
+    const double acc = json_number_value(v) * N_Q; /* one solve per validation question */
+    assert_true(acc >= 0 && acc <= N_Q && fabs(acc - floor(acc + 0.5)) < 1e-9);
+    json_decref(a);
+    json_decref(b);
+    free(text);
+}
+
+/* kill -9 at a random moment of a run that saves every step, then --resume: the same result
+ * as the run that was never stopped. */
+static void test_kill_resume(void **state)
+{
+    (void)state;
+    char err[4096];
+    const char *straight[] = {"--steps", "4", "--lr", "3e-3", "--save-every", "1", NULL};
+    char p[512];
+    snprintf(p, sizeof p, "%s/straight/adapter_model.safetensors", dir);
+    if (access(p, R_OK) != 0 && grpo("straight", straight, err, sizeof err) != 0)
+        fail_msg("train grpo: %s", err);
+    static char model[512], data[512], outp[512], fixed[512], exec[512], prompts[512];
+    path(model, sizeof model, "sft/model.gguf");
+    path(data, sizeof data, "data.jsonl");
+    path(outp, sizeof outp, "killed");
+    snprintf(fixed, sizeof fixed, "scripted:%s/fixed.json", dir);
+    snprintf(exec, sizeof exec, "scripted:%s/exec.json", dir);
+    path(prompts, sizeof prompts, "prompts");
+    const char *argv[] = {proc_agentflow_bin(),
+                          "train",
+                          "grpo",
+                          "--model",
+                          model,
+                          "--data",
+                          data,
+                          "--out",
+                          outp,
+                          "--group",
+                          "8",
+                          "--batch",
+                          "2",
+                          "--lora-rank",
+                          "4",
+                          "--max-tokens",
+                          "100",
+                          "--prompts",
+                          prompts,
+                          "--fixed-url",
+                          fixed,
+                          "--executor-url",
+                          exec,
+                          "--tool-url",
+                          exec,
+                          "--tools",
+                          TOOL_A "," TOOL_B,
+                          "--max-steps",
+                          "1",
+                          "--concurrency",
+                          "4",
+                          "--threads",
+                          "2",
+                          "--quiet",
+                          "--steps",
+                          "4",
+                          "--lr",
+                          "3e-3",
+                          "--save-every",
+                          "1",
+                          NULL};
+    char ck[600];
+    snprintf(ck, sizeof ck, "%s/checkpoint-1", outp);
+    const pid_t pid = proc_spawn(argv);
+    assert_true(pid > 0);
+    int status = 0, exited = 0;
+    for (int i = 0; i < 1200 && access(ck, F_OK) != 0; i++) {
+        if (waitpid(pid, &status, WNOHANG) == pid) {
+            exited = 1;
+            break;
+        }
+        usleep(50000);
+    }
+    if (!exited) {
+        usleep((useconds_t)(getpid() % 7) * 100000); /* somewhere in step 2 or 3 */
+        kill(pid, SIGKILL);
+        waitpid(pid, &status, 0);
+    }
+    const char *resume[] = {"--steps", "4", "--lr", "3e-3", "--save-every", "1", "--resume", NULL};
+    if (grpo("killed", resume, err, sizeof err) != 0)
+        fail_msg("train grpo --resume after kill -9: %s", err);
+    size_t la, lb;
+    char *a = slurp("straight", "adapter_model.safetensors", &la);
+    char *b = slurp("killed", "adapter_model.safetensors", &lb);
+    assert_int_equal(la, lb);
+    assert_memory_equal(a, b, la);
+    free(a);
+    free(b);
+    json_t *ma = metrics_core("straight"), *mb = metrics_core("killed");
+    assert_true(json_equal(ma, mb));
+    json_decref(ma);
+    json_decref(mb);
+}
+
 /* ---- OpenMPI ---------------------------------------------------------------------------- */
 
 static int have_mpirun(void)
@@ -714,6 +833,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bad_input),     cmocka_unit_test(test_lr_zero),
         cmocka_unit_test(test_resume),        cmocka_unit_test(test_learning),
+        cmocka_unit_test(test_validation),    cmocka_unit_test(test_kill_resume),
         cmocka_unit_test(test_mpi_two_ranks), cmocka_unit_test(test_mpi_kill_rank),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
