@@ -311,6 +311,73 @@ static void test_prefix_cache(void **state)
     af_engine_free(cold);
 }
 
+/* With batch_invariant set, a token's logits and sampled log-probs have the same bits however
+ * it was evaluated: cold, after a full prefix-cache hit (the last prompt token alone), after a
+ * partial hit, or with every position's logits at once. F32 and Q8_0 (whose one-row dot and
+ * multi-row tiles sum in different orders). */
+static void test_batch_invariant(void **state)
+{
+    (void)state;
+    char err[1024], q8[300];
+    snprintf(q8, sizeof q8, "%s.q8_0", tiny_path);
+    assert_int_equal(af_engine_quantize(tiny_path, q8, "Q8_0", err, sizeof err), 0);
+    const char *files[] = {tiny_path, q8};
+    const char *base = "<|im_start|>system\nYou are a careful planner with many tools.<|im_end|>\n"
+                       "<|im_start|>user\n";
+    char a[512], b[512];
+    snprintf(a, sizeof a, "%sWhat is the capital of France?<|im_end|>\n", base);
+    snprintf(b, sizeof b, "%sHow many legs has a spider?<|im_end|>\n", base);
+    for (size_t f = 0; f < 2; f++) {
+        struct af_engine_params ep = af_engine_default_params();
+        ep.n_threads = 2;
+        ep.n_ctx = 1024;
+        ep.chat_template = "chatml";
+        ep.batch_invariant = 1;
+        struct af_engine *e = NULL, *w = NULL;
+        assert_int_equal(af_engine_load(files[f], &ep, &e, err, sizeof err), 0);
+        assert_int_equal(af_engine_load(files[f], &ep, &w, err, sizeof err), 0);
+        int32_t *ia, *ib;
+        size_t na, nb;
+        ids_of(e, a, &ia, &na);
+        ids_of(e, b, &ib, &nb);
+        struct af_engine_gen_params gp = af_engine_default_gen_params();
+        gp.max_tokens = 12;
+        gp.ignore_eos = 1;
+        gp.temperature = 0.9f;
+        gp.seed = 3;
+        struct af_engine_result cold, hit, part, junk;
+        assert_int_equal(af_engine_generate(e, ia, na, &gp, &cold, err, sizeof err), 0);
+        assert_int_equal(af_engine_generate(e, ia, na, &gp, &hit, err, sizeof err), 0);
+        assert_int_equal(hit.n_cached, na - 1);
+        assert_int_equal(af_engine_generate(w, ib, nb, &gp, &junk, err, sizeof err), 0);
+        assert_int_equal(af_engine_generate(w, ia, na, &gp, &part, err, sizeof err), 0);
+        assert_true(part.n_cached > 0 && part.n_cached < na - 1);
+        assert_int_equal(cold.n_ids, hit.n_ids);
+        assert_int_equal(cold.n_ids, part.n_ids);
+        assert_memory_equal(cold.ids, hit.ids, cold.n_ids * sizeof *cold.ids);
+        assert_memory_equal(cold.logprobs, hit.logprobs, cold.n_ids * sizeof *cold.logprobs);
+        assert_memory_equal(cold.ids, part.ids, cold.n_ids * sizeof *cold.ids);
+        assert_memory_equal(cold.logprobs, part.logprobs, cold.n_ids * sizeof *cold.logprobs);
+        /* the last position's logits: alone after a hit, and as the last of all rows */
+        const int64_t nv = af_engine_n_vocab(e);
+        float *last = malloc((size_t)nv * sizeof *last), *all = malloc(na * (size_t)nv * 4);
+        assert_int_equal(af_engine_logits(e, ia, na, 0, last, err, sizeof err), 0);
+        assert_int_equal(af_engine_logits(e, ia, na, 1, all, err, sizeof err), 0);
+        assert_memory_equal(last, all + (na - 1) * (size_t)nv, (size_t)nv * sizeof *last);
+        free(last);
+        free(all);
+        af_engine_result_deinit(&cold);
+        af_engine_result_deinit(&hit);
+        af_engine_result_deinit(&part);
+        af_engine_result_deinit(&junk);
+        free(ia);
+        free(ib);
+        af_engine_free(e);
+        af_engine_free(w);
+    }
+    unlink(q8);
+}
+
 /* Greedy log-probs are log-softmax values; the same seed gives the same text; stop strings
  * end the text before them. */
 static void test_sampling(void **state)
@@ -806,17 +873,12 @@ static void test_cli_model(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_reference_logits),
-        cmocka_unit_test(test_reference_prompt_ids),
-        cmocka_unit_test(test_hf_checkpoints),
-        cmocka_unit_test(test_prefix_cache),
-        cmocka_unit_test(test_sampling),
-        cmocka_unit_test(test_stream_and_chat),
-        cmocka_unit_test(test_bad_calls),
-        cmocka_unit_test(test_malformed_models),
-        cmocka_unit_test(test_quantize_and_make_random),
-        cmocka_unit_test(test_cli_model),
-        cmocka_unit_test(test_llm_backend),
+        cmocka_unit_test(test_reference_logits), cmocka_unit_test(test_reference_prompt_ids),
+        cmocka_unit_test(test_hf_checkpoints),   cmocka_unit_test(test_prefix_cache),
+        cmocka_unit_test(test_batch_invariant),  cmocka_unit_test(test_sampling),
+        cmocka_unit_test(test_stream_and_chat),  cmocka_unit_test(test_bad_calls),
+        cmocka_unit_test(test_malformed_models), cmocka_unit_test(test_quantize_and_make_random),
+        cmocka_unit_test(test_cli_model),        cmocka_unit_test(test_llm_backend),
     };
     return cmocka_run_group_tests(tests, make_tiny, drop_tiny);
 }

@@ -21,6 +21,9 @@ struct af_engine_params {
     int prefix_cache_seqs;     /* sequences kept; default 8 */
     const char *chat_template; /* "chatml", "llama3" or NULL = from the model */
     const char *lora_dir;      /* a PEFT LoRA folder applied to every forward; NULL = none */
+    int batch_invariant;       /* the same bits for a token whatever it was evaluated with (the
+                                  prefix cache's reuse, batch size): what a trainer needs to
+                                  reproduce its rollouts; decode runs a little slower */
 };
 struct af_engine_params af_engine_default_params(void);
 

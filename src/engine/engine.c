@@ -105,6 +105,7 @@ int af_engine_load(const char *path, const struct af_engine_params *p, struct af
         n_ctx = 32768;
     e->fc = fwd_ctx_new(m, n_ctx, p->n_threads);
     fwd_ctx_set_lora(e->fc, e->lora);
+    fwd_ctx_set_invariant(e->fc, p->batch_invariant);
     e->pc_seqs = p->prefix_cache_seqs;
     e->pc_bytes = p->prefix_cache_bytes;
     e->pc = prefix_cache_new(m, e->pc_seqs, e->pc_bytes);

@@ -32,6 +32,8 @@ struct fwd_ctx {
     size_t qbuf_row;
     const struct lora_adapter *lora; /* borrowed; NULL = none */
     float *lora_tmp;                 /* [UBATCH][rank] */
+    int invariant;                   /* one-row products take the multi-row arithmetic */
+    float *pad_out;                  /* [2][widest output] for those */
 };
 
 /* ---- KV sequences --------------------------------------------------------------------- */
@@ -175,6 +177,7 @@ void fwd_ctx_free(struct fwd_ctx *c)
         free(bufs[i]);
     free(c->qbuf);
     free(c->lora_tmp);
+    free(c->pad_out);
     free(c);
 }
 
@@ -184,6 +187,19 @@ void fwd_ctx_set_lora(struct fwd_ctx *c, const struct lora_adapter *l)
     free(c->lora_tmp);
     c->lora_tmp = l ? af_xmalloc((size_t)UBATCH * (size_t)l->rank * sizeof(float)) : NULL;
     c->lora = l;
+}
+
+void fwd_ctx_set_invariant(struct fwd_ctx *c, int on)
+{
+    const struct model_hparams *hp = &c->m->hp;
+    int64_t widest = hp->n_vocab > hp->n_ff ? hp->n_vocab : hp->n_ff;
+    if (hp->n_embd > widest)
+        widest = hp->n_embd;
+    if (hp->n_head * hp->head_dim > widest)
+        widest = hp->n_head * hp->head_dim;
+    free(c->pad_out);
+    c->pad_out = on ? af_xmalloc((size_t)(2 * widest) * sizeof(float)) : NULL;
+    c->invariant = on;
 }
 
 int64_t fwd_ctx_max_ctx(const struct fwd_ctx *c)
@@ -201,11 +217,19 @@ static void matmul(struct fwd_ctx *c, const struct weight *w, const float *x, in
     const size_t rb = quant_row_bytes(vt, w->n_in);
     char *qb = c->qbuf;
     const int nt = c->n_threads;
+    /* In invariant mode a lone row is computed as a pair (itself twice), so it gets the same
+     * bits as in any batch of 2 or more: the one-row dot sums in another order. */
+    const int pad = c->invariant && nb == 1;
+    float *dst = pad ? c->pad_out : out;
+    const int64_t nb_in = nb;
+    if (pad)
+        nb = 2;
 #pragma omp parallel num_threads(nt)
     {
 #pragma omp for schedule(static)
         for (int64_t j = 0; j < nb; j++)
-            quant_prepare_act(w->type, x + j * w->n_in, qb + (size_t)j * rb, w->n_in);
+            quant_prepare_act(w->type, x + (j < nb_in ? j : 0) * w->n_in, qb + (size_t)j * rb,
+                              w->n_in);
         /* Contiguous row ranges, 16-row aligned, taken by whichever thread is free: a thread
          * the VM's host pauses no longer holds the other up at the barrier. */
         const int64_t n_chunks =
@@ -216,9 +240,11 @@ static void matmul(struct fwd_ctx *c, const struct weight *w, const float *x, in
         for (int64_t ci = 0; ci < n_chunks; ci++) {
             const int64_t r0 = ci * per, r1 = r0 + per > w->n_out ? w->n_out : r0 + per;
             if (r0 < r1)
-                quant_matmul(w->type, w->data, w->n_in, qb, nb, out, w->n_out, r0, r1);
+                quant_matmul(w->type, w->data, w->n_in, qb, nb, dst, w->n_out, r0, r1);
         }
     }
+    if (pad)
+        memcpy(out, dst, (size_t)w->n_out * sizeof *out);
 }
 
 /* y += the adapter's delta for (layer il, target t), when that pair is adapted. Rows are split

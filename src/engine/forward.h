@@ -51,6 +51,12 @@ struct lora_adapter;
  * adapter differ: the caller keeps them apart. */
 void fwd_ctx_set_lora(struct fwd_ctx *c, const struct lora_adapter *l);
 
+/* Invariant mode: every product of one row is computed as if in a batch of two, so a token's
+ * keys, values and logits have the same bits whether it was evaluated alone (decode, the last
+ * prompt token after a prefix-cache hit) or with others (prefill, a batched decode). A trainer
+ * that must reproduce its rollouts needs this; it costs decode some speed. */
+void fwd_ctx_set_invariant(struct fwd_ctx *c, int on);
+
 enum fwd_logits { FWD_LOGITS_NONE, FWD_LOGITS_LAST, FWD_LOGITS_ALL };
 
 /* Appends n tokens to s and computes their keys and values (in batches). Logits of the last

@@ -220,6 +220,7 @@ static int setup(struct run *r, char *err, size_t errlen)
     struct af_engine_params ep = af_engine_default_params();
     ep.n_threads = o->n_threads;
     ep.chat_template = o->chat_template;
+    ep.batch_invariant = 1; /* rollouts must not depend on which solve reached the cache first */
     if ((rc = af_engine_load(r->base_path, &ep, &r->engine, err, errlen)))
         return rc;
     r->m = af_engine_model(r->engine);
