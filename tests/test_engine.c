@@ -378,6 +378,86 @@ static void test_batch_invariant(void **state)
     unlink(q8);
 }
 
+/* Continuous batching: 8 threads generating at once on one engine are decoded together (the
+ * engine's counters show steps wider than one row), and each gets exactly the tokens and
+ * log-probs it gets alone on a fresh engine (batch_invariant mode), whatever joined it. */
+struct gen_job {
+    struct af_engine *e;
+    int32_t *ids;
+    size_t n;
+    struct af_engine_gen_params gp;
+    struct af_engine_result r;
+    int rc;
+};
+
+static void *gen_thread(void *arg)
+{
+    struct gen_job *j = arg;
+    char err[512];
+    j->rc = af_engine_generate(j->e, j->ids, j->n, &j->gp, &j->r, err, sizeof err);
+    return NULL;
+}
+
+static void test_concurrent_batching(void **state)
+{
+    (void)state;
+    char err[1024];
+    struct af_engine_params ep = af_engine_default_params();
+    ep.n_threads = 2;
+    ep.n_ctx = 1024;
+    ep.chat_template = "chatml";
+    ep.batch_invariant = 1;
+    ep.prefill_chunk = 16; /* prompts in several chunks, between decode steps */
+    struct af_engine *shared = NULL;
+    assert_int_equal(af_engine_load(tiny_path, &ep, &shared, err, sizeof err), 0);
+    enum { N = 8 };
+    struct gen_job jobs[N];
+    pthread_t th[N];
+    for (int i = 0; i < N; i++) {
+        char text[256];
+        snprintf(text, sizeof text,
+                 "<|im_start|>system\nYou plan.<|im_end|>\n<|im_start|>user\nQuestion %d: "
+                 "how far is %d miles in km?<|im_end|>\n",
+                 i % 3, i * 7);
+        memset(&jobs[i], 0, sizeof jobs[i]);
+        jobs[i].e = shared;
+        ids_of(shared, text, &jobs[i].ids, &jobs[i].n);
+        jobs[i].gp = af_engine_default_gen_params();
+        jobs[i].gp.max_tokens = 24 + 4 * i; /* they leave at different steps */
+        jobs[i].gp.ignore_eos = 1;
+        jobs[i].gp.temperature = i % 2 ? 0.8f : 0.0f;
+        jobs[i].gp.seed = (uint64_t)(100 + i);
+    }
+    for (int i = 0; i < N; i++)
+        assert_int_equal(pthread_create(&th[i], NULL, gen_thread, &jobs[i]), 0);
+    for (int i = 0; i < N; i++)
+        pthread_join(th[i], NULL);
+    char *info = af_engine_info_json(shared);
+    json_t *j = json_loads(info, 0, NULL);
+    free(info);
+    const json_int_t widest =
+        json_integer_value(json_object_get(json_object_get(j, "batching"), "widest_step"));
+    json_decref(j);
+    assert_true(widest > 1);
+    for (int i = 0; i < N; i++) {
+        assert_int_equal(jobs[i].rc, 0);
+        struct af_engine *alone = NULL;
+        assert_int_equal(af_engine_load(tiny_path, &ep, &alone, err, sizeof err), 0);
+        struct af_engine_result r;
+        assert_int_equal(
+            af_engine_generate(alone, jobs[i].ids, jobs[i].n, &jobs[i].gp, &r, err, sizeof err), 0);
+        assert_int_equal(r.n_ids, jobs[i].r.n_ids);
+        assert_memory_equal(r.ids, jobs[i].r.ids, r.n_ids * sizeof *r.ids);
+        assert_memory_equal(r.logprobs, jobs[i].r.logprobs, r.n_ids * sizeof *r.logprobs);
+        assert_string_equal(r.text, jobs[i].r.text);
+        af_engine_result_deinit(&r);
+        af_engine_result_deinit(&jobs[i].r);
+        af_engine_free(alone);
+        free(jobs[i].ids);
+    }
+    af_engine_free(shared);
+}
+
 /* Greedy log-probs are log-softmax values; the same seed gives the same text; stop strings
  * end the text before them. */
 static void test_sampling(void **state)
@@ -873,12 +953,19 @@ static void test_cli_model(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_reference_logits), cmocka_unit_test(test_reference_prompt_ids),
-        cmocka_unit_test(test_hf_checkpoints),   cmocka_unit_test(test_prefix_cache),
-        cmocka_unit_test(test_batch_invariant),  cmocka_unit_test(test_sampling),
-        cmocka_unit_test(test_stream_and_chat),  cmocka_unit_test(test_bad_calls),
-        cmocka_unit_test(test_malformed_models), cmocka_unit_test(test_quantize_and_make_random),
-        cmocka_unit_test(test_cli_model),        cmocka_unit_test(test_llm_backend),
+        cmocka_unit_test(test_reference_logits),
+        cmocka_unit_test(test_reference_prompt_ids),
+        cmocka_unit_test(test_hf_checkpoints),
+        cmocka_unit_test(test_prefix_cache),
+        cmocka_unit_test(test_batch_invariant),
+        cmocka_unit_test(test_concurrent_batching),
+        cmocka_unit_test(test_sampling),
+        cmocka_unit_test(test_stream_and_chat),
+        cmocka_unit_test(test_bad_calls),
+        cmocka_unit_test(test_malformed_models),
+        cmocka_unit_test(test_quantize_and_make_random),
+        cmocka_unit_test(test_cli_model),
+        cmocka_unit_test(test_llm_backend),
     };
     return cmocka_run_group_tests(tests, make_tiny, drop_tiny);
 }

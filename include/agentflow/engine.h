@@ -2,9 +2,12 @@
  * engine.h - the in-process inference engine: GGUF models (qwen2, llama) loaded, tokenized,
  * chat-formatted and run on the CPU, with a prefix cache of KV sequences.
  *
- * Concurrency: one af_engine serialises its calls (a mutex around each generate / logits
- * call); any number of threads may call it. Inside a call the kernels run on n_threads OpenMP
- * threads. Do not call it from inside an OpenMP region.
+ * Concurrency: any number of threads may call one af_engine. Concurrent generate calls are
+ * batched (continuous batching, src/engine/sched.c): each decode step runs one token of every
+ * active generation as one matmul, and new requests join at token boundaries with their
+ * prompts evaluated in chunks between those steps. Logits, adapter and other calls wait for
+ * their turn. Inside a step the kernels run on n_threads OpenMP threads. Do not call it from
+ * inside an OpenMP region.
  */
 #ifndef AGENTFLOW_ENGINE_H
 #define AGENTFLOW_ENGINE_H
@@ -21,6 +24,9 @@ struct af_engine_params {
     int prefix_cache_seqs;     /* sequences kept; default 8 */
     const char *chat_template; /* "chatml", "llama3" or NULL = from the model */
     const char *lora_dir;      /* a PEFT LoRA folder applied to every forward; NULL = none */
+    int prefill_chunk;         /* prompt tokens a request evaluates per scheduler step, between
+                                  the decode steps of the others; default 256 */
+    int max_batch;             /* generations decoded together; default 64, at most 256 */
     int batch_invariant;       /* the same bits for a token whatever it was evaluated with (the
                                   prefix cache's reuse, batch size): what a trainer needs to
                                   reproduce its rollouts; decode runs a little slower */
@@ -115,7 +121,8 @@ struct af_engine_result {
 void af_engine_result_deinit(struct af_engine_result *r);
 
 /* Generates from prompt ids. The prompt's KV is looked up in and then added to the prefix
- * cache. */
+ * cache. Runs alongside other threads' generations on the same engine; p->on_token is then
+ * called from whichever thread drives the batch (while this one waits). */
 AF_NODISCARD int af_engine_generate(struct af_engine *e, const int32_t *prompt, size_t n_prompt,
                                     const struct af_engine_gen_params *p,
                                     struct af_engine_result *out, char *err, size_t errlen);

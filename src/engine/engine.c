@@ -22,20 +22,7 @@
 #include "engine/prefix.h"
 #include "engine/quant.h"
 #include "engine/sample.h"
-
-struct af_engine {
-    struct model *m;
-    struct lora_adapter *lora; /* owned; NULL = none */
-    char *lora_dir;            /* owned; NULL = none */
-    struct fwd_ctx *fc;
-    struct prefix_cache *pc;
-    enum chat_template tmpl;
-    char *default_system;
-    float *logits; /* n_vocab */
-    int pc_seqs;   /* the prefix cache's limits, to make it anew */
-    size_t pc_bytes;
-    pthread_mutex_t mu;
-};
+#include "engine/engine_int.h"
 
 struct af_engine_params af_engine_default_params(void)
 {
@@ -106,11 +93,15 @@ int af_engine_load(const char *path, const struct af_engine_params *p, struct af
     e->fc = fwd_ctx_new(m, n_ctx, p->n_threads);
     fwd_ctx_set_lora(e->fc, e->lora);
     fwd_ctx_set_invariant(e->fc, p->batch_invariant);
+    e->invariant = p->batch_invariant != 0;
     e->pc_seqs = p->prefix_cache_seqs;
     e->pc_bytes = p->prefix_cache_bytes;
     e->pc = prefix_cache_new(m, e->pc_seqs, e->pc_bytes);
     e->logits = af_xmalloc((size_t)m->hp.n_vocab * sizeof(float));
     pthread_mutex_init(&e->mu, NULL);
+    pthread_cond_init(&e->idle_cv, NULL);
+    e->prefill_chunk = p->prefill_chunk > 0 ? p->prefill_chunk : 256;
+    e->max_batch = p->max_batch > 0 ? (p->max_batch < 256 ? p->max_batch : 256) : 64;
     *out = e;
     return AF_OK;
 }
@@ -126,6 +117,8 @@ void af_engine_free(struct af_engine *e)
     model_free(e->m);
     free(e->default_system);
     free(e->logits);
+    free(e->step_logits);
+    pthread_cond_destroy(&e->idle_cv);
     pthread_mutex_destroy(&e->mu);
     free(e);
 }
@@ -166,7 +159,7 @@ int af_engine_set_lora(struct af_engine *e, const struct lora_adapter *l, char *
         copy->scale = l->scale;
         memcpy(copy->data, l->data, l->n_floats * sizeof *l->data);
     }
-    pthread_mutex_lock(&e->mu);
+    engine_exclusive_begin(e, 1);
     struct lora_adapter *old = e->lora;
     e->lora = copy;
     fwd_ctx_set_lora(e->fc, e->lora);
@@ -178,7 +171,7 @@ int af_engine_set_lora(struct af_engine *e, const struct lora_adapter *l, char *
     }
     prefix_cache_free(e->pc);
     e->pc = prefix_cache_new(e->m, e->pc_seqs, e->pc_bytes);
-    pthread_mutex_unlock(&e->mu);
+    engine_exclusive_end(e);
     lora_free(old);
     return AF_OK;
 }
@@ -240,6 +233,14 @@ char *af_engine_info_json(struct af_engine *e)
     json_object_set_new(j, "tokenizer", tok);
     json_object_set_new(j, "chat_template", json_string(chat_template_name(e->tmpl)));
     json_object_set_new(j, "lora", lora_json(e));
+    pthread_mutex_lock(&e->mu);
+    json_object_set_new(j, "batching",
+                        json_pack("{s:i,s:i,s:I,s:I,s:I,s:b}", "max_batch", e->max_batch,
+                                  "prefill_chunk", e->prefill_chunk, "decode_steps",
+                                  (json_int_t)e->n_steps, "decode_rows", (json_int_t)e->n_rows,
+                                  "widest_step", (json_int_t)e->max_rows, "batch_invariant",
+                                  e->invariant));
+    pthread_mutex_unlock(&e->mu);
     char *s = json_dumps(j, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
     json_decref(j);
     return s;
@@ -290,7 +291,7 @@ int af_engine_logits(struct af_engine *e, const int32_t *ids, size_t n_ids, int 
         af_errf(err, errlen, "no tokens to evaluate");
         return AF_EINVAL;
     }
-    pthread_mutex_lock(&e->mu);
+    engine_exclusive_begin(e, 0);
     int rc;
     if (all_logits) {
         struct kv_seq s;
@@ -302,9 +303,11 @@ int af_engine_logits(struct af_engine *e, const int32_t *ids, size_t n_ids, int 
         struct kv_seq *s = prefix_acquire(e->pc, ids, (int64_t)n_ids, &reused);
         rc = fwd_eval(e->fc, s, ids + reused, (int64_t)n_ids - reused, FWD_LOGITS_LAST, logits, err,
                       errlen);
-        prefix_trim(e->pc, s);
+        if (rc)
+            kv_seq_truncate(s, reused);
+        prefix_release(e->pc, s);
     }
-    pthread_mutex_unlock(&e->mu);
+    engine_exclusive_end(e);
     return rc;
 }
 
@@ -316,142 +319,4 @@ void af_engine_result_deinit(struct af_engine_result *r)
     free(r->ids);
     free(r->logprobs);
     memset(r, 0, sizeof *r);
-}
-
-/* Cuts the text at the first stop string that ends in the part added since `from`. */
-static int find_stop(const struct af_engine_gen_params *p, struct af_buf *text, size_t from)
-{
-    size_t best = (size_t)-1;
-    for (size_t i = 0; i < p->n_stop; i++) {
-        size_t sl = p->stop[i] ? strlen(p->stop[i]) : 0;
-        if (!sl)
-            continue;
-        size_t start = from > sl ? from - sl : 0;
-        const char *hit = strstr(af_buf_str(text) + start, p->stop[i]);
-        if (hit && (size_t)(hit - af_buf_str(text)) < best)
-            best = (size_t)(hit - af_buf_str(text));
-    }
-    if (best == (size_t)-1)
-        return 0;
-    text->len = best;
-    text->data[best] = '\0';
-    return 1;
-}
-
-struct gen_state {
-    struct af_engine *e;
-    const struct af_engine_gen_params *p;
-    struct af_engine_result *r;
-    struct af_buf text;
-    size_t cap;
-};
-
-/* Records token id; returns 1 when generation must stop. */
-static int take_token(struct gen_state *g, int32_t id, float lp)
-{
-    struct af_engine_result *r = g->r;
-    if (r->n_ids == g->cap) {
-        g->cap = g->cap ? g->cap * 2 : 64;
-        r->ids = af_xrealloc(r->ids, g->cap * sizeof *r->ids);
-        r->logprobs = af_xrealloc(r->logprobs, g->cap * sizeof *r->logprobs);
-    }
-    r->ids[r->n_ids] = id;
-    r->logprobs[r->n_ids++] = lp;
-    const struct tokenizer *tok = g->e->m->tok;
-    if (tok && !g->p->ignore_eos && tok_is_eog(tok, id)) {
-        r->finish_reason = "stop";
-        return 1;
-    }
-    char piece[256];
-    int len = tok ? tok_piece(tok, id, 0, piece, sizeof piece) : 0;
-    if (len < 0)
-        len = 0;
-    size_t from = g->text.len;
-    (void)af_buf_append(&g->text, piece, (size_t)len);
-    if (find_stop(g->p, &g->text, from)) {
-        r->finish_reason = "stop";
-        return 1;
-    }
-    if (g->p->on_token && g->p->on_token(g->p->user, id, piece, (size_t)len)) {
-        r->finish_reason = "stop";
-        return 1;
-    }
-    if ((int)r->n_ids >= g->p->max_tokens) {
-        r->finish_reason = "length";
-        return 1;
-    }
-    return 0;
-}
-
-static struct sampler_params to_sampler(const struct af_engine_gen_params *p)
-{
-    struct sampler_params sp = sampler_default_params();
-    sp.temperature = p->temperature;
-    sp.top_k = p->top_k;
-    sp.top_p = p->top_p > 0 ? p->top_p : 1.0f;
-    sp.min_p = p->min_p;
-    sp.frequency_penalty = p->frequency_penalty;
-    sp.presence_penalty = p->presence_penalty;
-    sp.seed = p->seed;
-    return sp;
-}
-
-static int generate_locked(struct gen_state *g, const int32_t *prompt, size_t n_prompt, char *err,
-                           size_t errlen)
-{
-    struct af_engine *e = g->e;
-    int64_t reused = 0;
-    struct kv_seq *s = prefix_acquire(e->pc, prompt, (int64_t)n_prompt, &reused);
-    g->r->n_cached = (size_t)reused;
-    double t0 = af_clock_ms();
-    int rc = fwd_eval(e->fc, s, prompt + reused, (int64_t)n_prompt - reused, FWD_LOGITS_LAST,
-                      e->logits, err, errlen);
-    g->r->prefill_ms = af_clock_ms() - t0;
-    if (rc) {
-        kv_seq_truncate(s, reused);
-        return rc;
-    }
-    struct sampler_params sp = to_sampler(g->p);
-    struct sampler *smp = sampler_new(&sp, e->m->hp.n_vocab);
-    t0 = af_clock_ms();
-    g->r->finish_reason = "length";
-    while (g->p->max_tokens > 0) {
-        float lp = 0;
-        int32_t id = sampler_sample(smp, e->logits, &lp);
-        sampler_accept(smp, id);
-        if (take_token(g, id, lp))
-            break;
-        if (s->n + 1 > fwd_ctx_max_ctx(e->fc)) {
-            g->r->finish_reason = "length";
-            break;
-        }
-        rc = fwd_eval(e->fc, s, &id, 1, FWD_LOGITS_LAST, e->logits, err, errlen);
-        if (rc)
-            break;
-    }
-    g->r->decode_ms = af_clock_ms() - t0;
-    sampler_free(smp);
-    prefix_trim(e->pc, s);
-    return rc;
-}
-
-int af_engine_generate(struct af_engine *e, const int32_t *prompt, size_t n_prompt,
-                       const struct af_engine_gen_params *p, struct af_engine_result *out,
-                       char *err, size_t errlen)
-{
-    memset(out, 0, sizeof *out);
-    if (!n_prompt) {
-        af_errf(err, errlen, "the prompt has no tokens");
-        return AF_EINVAL;
-    }
-    struct gen_state g = {e, p, out, {0}, 0};
-    af_buf_init(&g.text, AF_BUF_NOLIMIT);
-    out->n_prompt = n_prompt;
-    pthread_mutex_lock(&e->mu);
-    int rc = generate_locked(&g, prompt, n_prompt, err, errlen);
-    pthread_mutex_unlock(&e->mu);
-    out->text = af_buf_detach(&g.text);
-    if (!out->text)
-        out->text = af_xstrdup("");
-    return rc;
 }

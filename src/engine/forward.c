@@ -33,7 +33,9 @@ struct fwd_ctx {
     const struct lora_adapter *lora; /* borrowed; NULL = none */
     float *lora_tmp;                 /* [UBATCH][rank] */
     int invariant;                   /* one-row products take the multi-row arithmetic */
-    float *pad_out;                  /* [2][widest output] for those */
+    struct kv_seq **row_seq;         /* [UBATCH]: the sequence and position of each row */
+    int64_t *row_pos;
+    float *pad_out; /* [2][widest output] for those */
 };
 
 /* ---- KV sequences --------------------------------------------------------------------- */
@@ -155,6 +157,8 @@ struct fwd_ctx *fwd_ctx_new(const struct model *m, int64_t max_ctx, int n_thread
     c->rope_sin = af_xmalloc(nb * (size_t)hp->n_rot / 2 * sizeof(float));
     c->qbuf_row = widest_act_row(m);
     c->qbuf = af_xmalloc(nb * c->qbuf_row);
+    c->row_seq = af_xcalloc(nb, sizeof *c->row_seq);
+    c->row_pos = af_xcalloc(nb, sizeof *c->row_pos);
     return c;
 }
 
@@ -178,6 +182,8 @@ void fwd_ctx_free(struct fwd_ctx *c)
     free(c->qbuf);
     free(c->lora_tmp);
     free(c->pad_out);
+    free(c->row_seq);
+    free(c->row_pos);
     free(c);
 }
 
@@ -291,13 +297,13 @@ static void rms_norm(const float *x, const struct weight *w, float eps, int64_t 
     }
 }
 
-static void rope_tables(struct fwd_ctx *c, int64_t pos0, int64_t nb)
+static void rope_tables(struct fwd_ctx *c, int64_t nb)
 {
     const struct model_hparams *hp = &c->m->hp;
     const int64_t half = hp->n_rot / 2;
     const float theta_scale = powf(hp->rope_base, -2.0f / (float)hp->n_rot);
     for (int64_t j = 0; j < nb; j++) {
-        float theta = (float)(pos0 + j);
+        float theta = (float)c->row_pos[j];
         for (int64_t i = 0; i < half; i++) {
             float ff = c->m->rope_freq_factors ? c->m->rope_freq_factors[i] : 1.0f;
             float th = hp->rope_freq_scale * (theta / ff);
@@ -333,21 +339,22 @@ static void rope_apply(const struct fwd_ctx *c, float *x, int64_t n_heads, int64
  * item is a (token, kv head) pair: its `group` query heads share each loaded row of keys, in
  * blocks of ATT_KEY_BLOCK positions so the rows and the scores stay in L1. Each score still sums
  * q[i] * k[i] in order of i, as a scalar loop would; the vector lanes run over positions. */
-static void attention(struct fwd_ctx *c, const struct kv_seq *s, int64_t il, int64_t pos0,
-                      int64_t nb)
+static void attention(struct fwd_ctx *c, int64_t il, int64_t nb)
 {
     const struct model_hparams *hp = &c->m->hp;
     const int64_t hd = hp->head_dim, nh = hp->n_head, nkv = hp->n_head_kv, group = nh / nkv;
-    const int64_t kvd = s->kv_dim, cap = s->cap;
-    const float *K = s->k + (size_t)(il * kvd * cap), *V = s->v + (size_t)(il * cap * kvd);
+    const int64_t kvd = hp->n_head_kv * hp->head_dim;
     const float scale = 1.0f / sqrtf((float)hd);
     const quant_axpy_fn axpy = quant_axpy_kernel();
     const int nt = c->n_threads;
 #pragma omp parallel for num_threads(nt) schedule(dynamic, 1) collapse(2)
     for (int64_t j = 0; j < nb; j++)
         for (int64_t kvh = 0; kvh < nkv; kvh++) {
+            const struct kv_seq *s = c->row_seq[j];
+            const int64_t cap = s->cap;
+            const float *K = s->k + (size_t)(il * kvd * cap), *V = s->v + (size_t)(il * cap * kvd);
             float *sc0 = c->scores + (size_t)omp_get_thread_num() * (size_t)(group * c->max_ctx);
-            const int64_t n_keys = pos0 + j + 1;
+            const int64_t n_keys = c->row_pos[j] + 1;
             const float *kt = K + (size_t)(kvh * hd * cap);
             for (int64_t t0 = 0; t0 < n_keys; t0 += ATT_KEY_BLOCK) {
                 const int64_t len = n_keys - t0 < ATT_KEY_BLOCK ? n_keys - t0 : ATT_KEY_BLOCK;
@@ -380,18 +387,20 @@ static void attention(struct fwd_ctx *c, const struct kv_seq *s, int64_t il, int
         }
 }
 
-static void store_kv(struct kv_seq *s, int64_t il, int64_t pos0, int64_t nb, const float *k,
-                     const float *v)
+static void store_kv(struct fwd_ctx *fc, int64_t il, int64_t nb, const float *k, const float *v)
 {
-    size_t off = (size_t)((il * s->cap + pos0) * s->kv_dim);
-    memcpy(s->v + off, v, (size_t)(nb * s->kv_dim) * sizeof(float));
-    float *kt = s->k + (size_t)(il * s->kv_dim * s->cap);
-    for (int64_t j = 0; j < nb; j++)
+    for (int64_t j = 0; j < nb; j++) {
+        struct kv_seq *s = fc->row_seq[j];
+        const int64_t pos = fc->row_pos[j];
+        memcpy(s->v + (size_t)((il * s->cap + pos) * s->kv_dim), v + j * s->kv_dim,
+               (size_t)s->kv_dim * sizeof(float));
+        float *kt = s->k + (size_t)(il * s->kv_dim * s->cap);
         for (int64_t c = 0; c < s->kv_dim; c++)
-            kt[(size_t)(c * s->cap + pos0 + j)] = k[j * s->kv_dim + c];
+            kt[(size_t)(c * s->cap + pos)] = k[j * s->kv_dim + c];
+    }
 }
 
-static void layer(struct fwd_ctx *c, struct kv_seq *s, int64_t il, int64_t pos0, int64_t nb)
+static void layer(struct fwd_ctx *c, int64_t il, int64_t nb)
 {
     const struct model_hparams *hp = &c->m->hp;
     const struct model_layer *ly = &c->m->layers[il];
@@ -408,8 +417,8 @@ static void layer(struct fwd_ctx *c, struct kv_seq *s, int64_t il, int64_t pos0,
     add_bias(&ly->bv, c->v, nb);
     rope_apply(c, c->q, hp->n_head, nb);
     rope_apply(c, c->k, hp->n_head_kv, nb);
-    store_kv(s, il, pos0, nb, c->k, c->v);
-    attention(c, s, il, pos0, nb);
+    store_kv(c, il, nb, c->k, c->v);
+    attention(c, il, nb);
     matmul(c, &ly->wo, c->att, nb, c->xn);
     lora_add(c, il, LORA_O, c->att, nb, c->xn);
     add_bias(&ly->bo, c->xn, nb);
@@ -467,10 +476,14 @@ int fwd_eval(struct fwd_ctx *c, struct kv_seq *s, const int32_t *tokens, int64_t
     kv_seq_reserve(s, s->n + n);
     for (int64_t done = 0; done < n; done += UBATCH) {
         const int64_t nb = n - done < UBATCH ? n - done : UBATCH, pos0 = s->n;
+        for (int64_t j = 0; j < nb; j++) {
+            c->row_seq[j] = s;
+            c->row_pos[j] = pos0 + j;
+        }
         embed(c, tokens + done, nb);
-        rope_tables(c, pos0, nb);
+        rope_tables(c, nb);
         for (int64_t il = 0; il < hp->n_layer; il++)
-            layer(c, s, il, pos0, nb);
+            layer(c, il, nb);
         memcpy(s->tokens + pos0, tokens + done, (size_t)nb * sizeof *tokens);
         s->n += nb;
         if (want == FWD_LOGITS_ALL)
@@ -478,5 +491,50 @@ int fwd_eval(struct fwd_ctx *c, struct kv_seq *s, const int32_t *tokens, int64_t
         else if (want == FWD_LOGITS_LAST && done + nb == n)
             head(c, nb - 1, nb, logits);
     }
+    return AF_OK;
+}
+
+int fwd_eval_rows(struct fwd_ctx *c, struct kv_seq *const *seqs, const int32_t *tokens, int64_t n,
+                  float *logits, char *err, size_t errlen)
+{
+    const struct model_hparams *hp = &c->m->hp;
+    if (n <= 0)
+        return AF_OK;
+    if (n > UBATCH) {
+        af_errf(err, errlen, "%lld sequences in one step, over the %d a step takes", (long long)n,
+                UBATCH);
+        return AF_EINVAL;
+    }
+    for (int64_t j = 0; j < n; j++) {
+        if (seqs[j]->n + 1 > c->max_ctx) {
+            af_errf(err, errlen, "sequence %lld would be %lld tokens, over the context size %lld",
+                    (long long)j, (long long)(seqs[j]->n + 1), (long long)c->max_ctx);
+            return AF_EINVAL;
+        }
+        if (tokens[j] < 0 || tokens[j] >= hp->n_vocab) {
+            af_errf(err, errlen, "token %lld (id %d) is outside the vocabulary of %lld",
+                    (long long)j, tokens[j], (long long)hp->n_vocab);
+            return AF_EINVAL;
+        }
+        for (int64_t i = 0; i < j; i++)
+            if (seqs[i] == seqs[j]) {
+                af_errf(err, errlen, "sequence %lld appears twice in one step", (long long)j);
+                return AF_EINVAL;
+            }
+    }
+    for (int64_t j = 0; j < n; j++) {
+        kv_seq_reserve(seqs[j], seqs[j]->n + 1);
+        c->row_seq[j] = seqs[j];
+        c->row_pos[j] = seqs[j]->n;
+    }
+    embed(c, tokens, n);
+    rope_tables(c, n);
+    for (int64_t il = 0; il < hp->n_layer; il++)
+        layer(c, il, n);
+    for (int64_t j = 0; j < n; j++) {
+        seqs[j]->tokens[seqs[j]->n] = tokens[j];
+        seqs[j]->n++;
+    }
+    head(c, 0, n, logits);
     return AF_OK;
 }

@@ -1,0 +1,51 @@
+/*
+ * engine_int.h - the engine's state, shared by engine.c (loading, tokens, logits, adapters)
+ * and sched.c (generation: the scheduler that runs many requests at once).
+ *
+ * Locking: mu guards the queue and `busy`. The thread that holds `busy` (the scheduler's
+ * driver, or an exclusive call) alone touches the forward context, the prefix cache, the
+ * adapter and the requests' sequences, without holding mu while it computes.
+ */
+#ifndef AF_ENGINE_ENGINE_INT_H
+#define AF_ENGINE_ENGINE_INT_H
+
+#include <pthread.h>
+#include <stddef.h>
+
+#include "agentflow/engine.h"
+#include "engine/chat.h"
+#include "engine/forward.h"
+#include "engine/prefix.h"
+
+struct gen_req;
+
+struct af_engine {
+    struct model *m;
+    struct lora_adapter *lora; /* owned; NULL = none */
+    char *lora_dir;            /* owned; NULL = none */
+    struct fwd_ctx *fc;
+    struct prefix_cache *pc;
+    enum chat_template tmpl;
+    char *default_system;
+    float *logits; /* n_vocab */
+    int pc_seqs;   /* the prefix cache's limits, to make it anew */
+    size_t pc_bytes;
+    pthread_mutex_t mu; /* the queue, the busy flag; the rest belongs to whoever is busy */
+    pthread_cond_t idle_cv;
+    int busy;              /* a thread drives the scheduler or runs an exclusive call */
+    struct gen_req *queue; /* generations not yet finished, oldest first */
+    int prefill_chunk;     /* prompt tokens one request evaluates per scheduler step */
+    int max_batch;         /* sequences decoded together */
+    int invariant;         /* batch_invariant mode */
+    float *step_logits;    /* [max_batch][n_vocab] */
+    /* counters of the scheduler (under mu): decode steps, rows they ran, the widest one */
+    long long n_steps, n_rows, max_rows;
+};
+
+/* Waits until no thread is busy (and, with drain, no generation is queued or running), then
+ * makes the caller the busy one. */
+void engine_exclusive_begin(struct af_engine *e, int drain);
+/* Ends it and hands the scheduler to a waiting generation, if any. */
+void engine_exclusive_end(struct af_engine *e);
+
+#endif
