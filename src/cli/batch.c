@@ -40,6 +40,8 @@ enum {
     OPT_MCP,
     OPT_THREADS,
     OPT_CTX,
+    OPT_PREFILL_CHUNK,
+    OPT_MAX_BATCH,
     OPT_CHAT_TEMPLATE,
     OPT_LAST_SHARED
 };
@@ -80,6 +82,8 @@ static const struct option common_opts[] = {
     {"mcp", required_argument, 0, OPT_MCP},
     {"threads", required_argument, 0, OPT_THREADS},
     {"ctx", required_argument, 0, OPT_CTX},
+    {"prefill-chunk", required_argument, 0, OPT_PREFILL_CHUNK},
+    {"max-batch", required_argument, 0, OPT_MAX_BATCH},
     {"chat-template", required_argument, 0, OPT_CHAT_TEMPLATE},
 };
 
@@ -185,6 +189,14 @@ int run_args_handle(struct run_args *a, const char *cmd, int o, const char *arg)
     case OPT_CHAT_TEMPLATE:
         json_object_set_new(a->flags, "chat_template", json_string(arg));
         return 1;
+    case OPT_PREFILL_CHUNK:
+    case OPT_MAX_BATCH:
+        if (run_parse_number(cmd, o == OPT_MAX_BATCH ? "max-batch" : "prefill-chunk", arg, 1,
+                             o == OPT_MAX_BATCH ? 256 : (1 << 20), &d))
+            return -1;
+        json_object_set_new(a->flags, o == OPT_MAX_BATCH ? "max_batch" : "prefill_chunk",
+                            json_integer((json_int_t)d));
+        return 1;
     case OPT_MCP:
         mcp_flag(a->flags, arg);
         return 1;
@@ -212,6 +224,8 @@ void run_common_usage(FILE *f)
                "  --executor-url URL, --executor-model NAME\n"
                "  --tool-url URL, --tool-model NAME          LLM calls made by tools\n"
                "  --threads N, --ctx N, --chat-template chatml|llama3   the gguf: engine\n"
+               "  --prefill-chunk N  prompt tokens per step between the batched decodes (256)\n"
+               "  --max-batch N      generations decoded together (64)\n"
                "\n"
                "flow:\n"
                "  --max-steps N      turns (default 10)\n"

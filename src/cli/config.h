@@ -36,6 +36,8 @@ struct run_config {
     json_t *tool_options; /* object of strings read by the tools (owned) */
     int threads;          /* in-process engine: OpenMP threads (0 = all cores) */
     int64_t ctx;          /* in-process engine: tokens per sequence (0 = the model's) */
+    int prefill_chunk;    /* in-process engine: prompt tokens per scheduler step (0 = 256) */
+    int max_batch;        /* in-process engine: generations decoded together (0 = 64) */
     char *chat_template;  /* in-process engine: "chatml", "llama3" or NULL = the model's */
     json_t *effective;    /* the merged configuration as JSON, for records */
 };
