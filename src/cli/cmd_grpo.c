@@ -579,6 +579,8 @@ int cmd_train_grpo(int argc, char **argv)
     a.o.flow = rc.params;
     a.o.flow.on_step = NULL;
     a.o.n_threads = cfg.threads;
+    a.o.prefill_chunk = cfg.prefill_chunk;
+    a.o.max_batch = cfg.max_batch;
     a.o.chat_template = cfg.chat_template;
     if (a.judge) {
         const struct af_flow_slot *fixed = &rc.params.slots[AF_SLOT_FIXED];

@@ -220,6 +220,8 @@ static int setup(struct run *r, char *err, size_t errlen)
     struct af_engine_params ep = af_engine_default_params();
     ep.n_threads = o->n_threads;
     ep.chat_template = o->chat_template;
+    ep.prefill_chunk = o->prefill_chunk;
+    ep.max_batch = o->max_batch;
     ep.batch_invariant = 1; /* rollouts must not depend on which solve reached the cache first */
     if ((rc = af_engine_load(r->base_path, &ep, &r->engine, err, errlen)))
         return rc;

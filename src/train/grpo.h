@@ -52,9 +52,10 @@ typedef int (*train_grpo_reward_fn)(void *user, const json_t *item, const char *
                                     double *reward, int *correct, char *err, size_t errlen);
 
 struct train_grpo_opts {
-    const char *model;         /* the planner: "BASE.gguf" or "BASE.gguf+lora:DIR" */
-    const char *chat_template; /* NULL = the model's */
-    int n_threads;             /* engine threads; <= 0 all cores */
+    const char *model;            /* the planner: "BASE.gguf" or "BASE.gguf+lora:DIR" */
+    const char *chat_template;    /* NULL = the model's */
+    int n_threads;                /* engine threads; <= 0 all cores */
+    int prefill_chunk, max_batch; /* the planner engine's scheduler; 0 = its defaults */
     int ref_adapter; /* the KL reference is the starting adapter (needs +lora:DIR), not the
                         base model */
     int lora_rank;   /* a new adapter's rank (default 8), alpha (default 2*rank), targets */
