@@ -553,6 +553,48 @@ static void test_kill_resume(void **state)
     json_decref(mb);
 }
 
+/* --judge-url: an LLM judge gives the reward (here a scripted one that accepts "no"); --data
+ * also takes benchmark names read from --data-dir. */
+static void test_judge_and_bench_data(void **state)
+{
+    (void)state;
+    char err[4096], ddir[512], judge[600];
+    path(ddir, sizeof ddir, "benchdata");
+    mkdir(ddir, 0755);
+    char bdir[600];
+    snprintf(bdir, sizeof bdir, "%s/bamboogle", ddir);
+    mkdir(bdir, 0755);
+    put("benchdata/bamboogle/data.json",
+        "[{\"question\":\"Question 1: is it so?\",\"answer\":\"yes\"},"
+        "{\"question\":\"Question 2: is it so?\",\"answer\":\"yes\"}]");
+    put("judge.json", "{\"rules\":[{\"match\":\"Response:\\nno\",\"reply\":\"Fine. Verdict: "
+                      "true\"}],\"default\":\"No. Verdict: false\"}");
+    snprintf(judge, sizeof judge, "scripted:%s/judge.json", dir);
+    const char *extra[] = {"--data",      "bamboogle", "--data-dir", ddir,   "--steps",
+                           "1",           "--batch",   "2",          "--lr", "0",
+                           "--judge-url", judge,       NULL};
+    if (grpo("judged", extra, err, sizeof err) != 0)
+        fail_msg("train grpo --judge-url: %s", err);
+    /* the judge inverts the scorer: a reward exactly where the answer is "no" */
+    char p[600];
+    snprintf(p, sizeof p, "%s/judged/rollouts.jsonl", dir);
+    FILE *f = fopen(p, "r");
+    assert_non_null(f);
+    char line[8192];
+    int n = 0;
+    while (fgets(line, sizeof line, f)) {
+        json_t *j = json_loads(line, 0, NULL);
+        const char *ans = json_string_value(json_object_get(j, "answer"));
+        const double rw = json_number_value(json_object_get(j, "reward"));
+        assert_non_null(ans);
+        assert_true(rw == (strcmp(ans, "no") == 0 ? 1.0 : 0.0));
+        json_decref(j);
+        n++;
+    }
+    fclose(f);
+    assert_int_equal(n, 16); /* both questions of the set, 8 samples each */
+}
+
 /* ---- OpenMPI ---------------------------------------------------------------------------- */
 
 static int have_mpirun(void)
@@ -831,10 +873,15 @@ static void test_mpi_kill_rank(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_bad_input),     cmocka_unit_test(test_lr_zero),
-        cmocka_unit_test(test_resume),        cmocka_unit_test(test_learning),
-        cmocka_unit_test(test_validation),    cmocka_unit_test(test_kill_resume),
-        cmocka_unit_test(test_mpi_two_ranks), cmocka_unit_test(test_mpi_kill_rank),
+        cmocka_unit_test(test_bad_input),
+        cmocka_unit_test(test_lr_zero),
+        cmocka_unit_test(test_resume),
+        cmocka_unit_test(test_learning),
+        cmocka_unit_test(test_validation),
+        cmocka_unit_test(test_kill_resume),
+        cmocka_unit_test(test_judge_and_bench_data),
+        cmocka_unit_test(test_mpi_two_ranks),
+        cmocka_unit_test(test_mpi_kill_rank),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -62,7 +62,7 @@ static void grpo_usage(FILE *f)
             "  --max-tokens N            planner reply cap (default 2048)\n"
             "  --reward R                correct (0/1, default) or f1\n"
             "  --judge, --judge-url URL, --judge-model NAME   reward from an LLM judge (default\n"
-            "                            engine: the fixed slot)\n"
+            "                            engine: the fixed slot; an unparsable verdict is 0)\n"
             "model:\n"
             "  --lora-rank R --lora-alpha A --lora-targets LIST   a new adapter (8, 2R, all)\n"
             "  --ref-adapter             KL reference = the starting adapter (+lora:DIR), not\n"
@@ -510,6 +510,9 @@ int cmd_train_grpo(int argc, char **argv)
     json_t *data = NULL, *val = NULL;
     struct progress prog = {0};
     struct eval_judge judge;
+    struct run_config jcfg;
+    struct backends jbe;
+    int have_jcfg = 0, have_jbe = 0;
     char err[2048];
     int code = parse_args(argc, argv, &a);
     if (code != 0) {
@@ -538,12 +541,6 @@ int cmd_train_grpo(int argc, char **argv)
     if (a.common.slot_url[AF_SLOT_PLANNER]) {
         fprintf(stderr, CMD ": the planner is --model (in-process, trained); --planner-url "
                             "cannot be set\n");
-        code = CLI_EUSAGE;
-        goto out;
-    }
-    if (a.judge_url) {
-        fprintf(stderr, CMD ": --judge-url is not supported yet; the judge runs on the fixed "
-                            "slot (--fixed-url) with --judge\n");
         code = CLI_EUSAGE;
         goto out;
     }
@@ -582,7 +579,22 @@ int cmd_train_grpo(int argc, char **argv)
     a.o.prefill_chunk = cfg.prefill_chunk;
     a.o.max_batch = cfg.max_batch;
     a.o.chat_template = cfg.chat_template;
-    if (a.judge) {
+    if (a.judge && a.judge_url) { /* the judge's own engine */
+        config_init(&jcfg);
+        have_jcfg = 1;
+        config_set_url(&jcfg, -1, a.judge_url);
+        if (a.judge_model)
+            config_set_model(&jcfg, -1, a.judge_model);
+        if (backends_open(&jcfg, &jbe, err, sizeof err) != AF_OK) {
+            fprintf(stderr, CMD ": --judge-url: %s\n", err);
+            code = CLI_EUSAGE;
+            goto out;
+        }
+        have_jbe = 1;
+        eval_judge_init(&judge, jbe.llm[AF_SLOT_FIXED], a.judge_model);
+        a.o.reward = judge_reward;
+        a.o.reward_user = &judge;
+    } else if (a.judge) {
         const struct af_flow_slot *fixed = &rc.params.slots[AF_SLOT_FIXED];
         eval_judge_init(&judge, fixed->llm, a.judge_model ? a.judge_model : fixed->model);
         a.o.reward = judge_reward;
@@ -611,6 +623,10 @@ int cmd_train_grpo(int argc, char **argv)
     }
     train_dist_finalize();
 out:
+    if (have_jbe)
+        backends_close(&jbe);
+    if (have_jcfg)
+        config_deinit(&jcfg);
     json_decref(data);
     json_decref(val);
     run_ctx_close(&rc);
