@@ -415,7 +415,7 @@ static void run_update(struct lora_adapter *l, float lr, float kl, int64_t mini_
     const struct train_adamw aw = train_adamw_defaults();
     struct grpo_update_req q = {
         net, par,        n_par, &opt, &aw,  lr, 1.0f, 0.7f, grpo_default_hp(), GRPO_AGG_TOKEN_MEAN,
-        1,   mini_batch, 77,    NULL, NULL, 0};
+        1,   mini_batch, 77,    NULL, NULL, 0,  NULL};
     q.hp.kl_coef = kl;
     rs = 4242; /* the same turns every call */
     struct grpo_turn *t = make_turns(6);

@@ -595,6 +595,54 @@ static void test_judge_and_bench_data(void **state)
     assert_int_equal(n, 16); /* both questions of the set, 8 samples each */
 }
 
+/* --full: every weight trained; the engine samples with the new weights (the trainer and the
+ * engine agree on the sampled tokens' log-probs after updates), the reference stays the
+ * file's (KL grows), RUN/model.gguf loads, and a resumed run writes the same file. */
+static void test_full_mode(void **state)
+{
+    (void)state;
+    char err[4096];
+    const char *full[] = {"--full", "--steps", "3", "--lr", "1e-3", "--save-every", "1", NULL};
+    if (grpo("full", full, err, sizeof err) != 0)
+        fail_msg("train grpo --full: %s", err);
+    json_t *m = metrics_core("full");
+    assert_int_equal(json_array_size(m), 3);
+    json_decref(m);
+    size_t len;
+    char *text = slurp("full", "metrics.jsonl", &len);
+    char *last = text;
+    for (char *p = strchr(text, '\n'); p && p[1]; p = strchr(p + 1, '\n'))
+        last = p + 1;
+    json_t *j = json_loads(last, 0, NULL);
+    assert_non_null(j);
+    const double mism = json_number_value(json_object_get(j, "logp_mismatch"));
+    const double kl = json_number_value(json_object_get(j, "kl"));
+    fprintf(stderr, "full mode, step 3: logp_mismatch %.3g, kl %.3g\n", mism, kl);
+    assert_true(mism < 1e-4); /* F32 engine: the same weights as the trainer's */
+    assert_true(kl > 1e-6);   /* the weights moved away from the file's */
+    json_decref(j);
+    free(text);
+    char mp[512], e2[512];
+    snprintf(mp, sizeof mp, "%s/full/model.gguf", dir);
+    struct model *mm = NULL;
+    assert_int_equal(model_load(mp, &mm, e2, sizeof e2), 0);
+    model_free(mm);
+    const char *first[] = {"--full", "--steps",      "3", "--lr", "1e-3", "--save-every",
+                           "1",      "--stop-after", "1", NULL};
+    if (grpo("full2", first, err, sizeof err) != 0)
+        fail_msg("train grpo --full (first part): %s", err);
+    const char *rest[] = {"--full",       "--steps", "3",        "--lr", "1e-3",
+                          "--save-every", "1",       "--resume", NULL};
+    if (grpo("full2", rest, err, sizeof err) != 0)
+        fail_msg("train grpo --full --resume: %s", err);
+    size_t la, lb;
+    char *a = slurp("full", "model.gguf", &la), *b = slurp("full2", "model.gguf", &lb);
+    assert_int_equal(la, lb);
+    assert_memory_equal(a, b, la);
+    free(a);
+    free(b);
+}
+
 /* ---- OpenMPI ---------------------------------------------------------------------------- */
 
 static int have_mpirun(void)
@@ -880,6 +928,7 @@ int main(void)
         cmocka_unit_test(test_validation),
         cmocka_unit_test(test_kill_resume),
         cmocka_unit_test(test_judge_and_bench_data),
+        cmocka_unit_test(test_full_mode),
         cmocka_unit_test(test_mpi_two_ranks),
         cmocka_unit_test(test_mpi_kill_rank),
     };

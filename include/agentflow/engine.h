@@ -62,6 +62,15 @@ const struct model *af_engine_model(const struct af_engine *e);
 AF_NODISCARD int af_engine_set_lora(struct af_engine *e, const struct lora_adapter *l, char *err,
                                     size_t errlen);
 
+/* Replaces weights of the loaded model (full fine-tuning's trainer): names[i] is a GGUF tensor
+ * name ("blk.0.attn_q.weight", "output_norm.weight", ...) and values[i] its counts[i] floats,
+ * stored in the tensor's own type (quantized as llama.cpp's reference quantiser does). Waits
+ * for every generation in flight and empties the prefix cache. AF_EINVAL names an unknown
+ * tensor or a wrong count; nothing is changed then. */
+AF_NODISCARD int af_engine_set_weights(struct af_engine *e, const char *const *names,
+                                       const float *const *values, const int64_t *counts, size_t n,
+                                       char *err, size_t errlen);
+
 /* Token ids of text. *ids is malloc'd (caller frees). */
 AF_NODISCARD int af_engine_tokenize(struct af_engine *e, const char *text, int add_special,
                                     int parse_special, int32_t **ids, size_t *n_ids, char *err,

@@ -49,7 +49,7 @@ static void grpo_usage(FILE *f)
             "  --group G                 rollouts per question (default 8; at least 2)\n"
             "  --batch B                 questions per step (default 32)\n"
             "  --steps N | --epochs E    steps (default: E passes over the data, E = 1)\n"
-            "  --lr X                    AdamW learning rate (default 1e-5; LoRA)\n"
+            "  --lr X                    AdamW learning rate (default 1e-5 LoRA, 1e-6 --full)\n"
             "  --schedule S --warmup N   constant, linear or cosine; warm-up steps (0)\n"
             "  --weight-decay X          AdamW weight decay (default 0.01)\n"
             "  --grad-clip X             global gradient-norm clip (default 1; 0 off)\n"
@@ -67,6 +67,8 @@ static void grpo_usage(FILE *f)
             "  --lora-rank R --lora-alpha A --lora-targets LIST   a new adapter (8, 2R, all)\n"
             "  --ref-adapter             KL reference = the starting adapter (+lora:DIR), not\n"
             "                            the base model\n"
+            "  --full                    train every weight (small models): the engine samples\n"
+            "                            with them in the file's types; RUN/model.gguf\n"
             "run:\n"
             "  --concurrency N           trajectories at once (default 8)\n"
             "  --seed S                  adapter init, data order, sampling (default 0)\n"
@@ -524,12 +526,6 @@ int cmd_train_grpo(int argc, char **argv)
         code = CLI_EUSAGE;
         goto out;
     }
-    if (a.full) {
-        fprintf(stderr, CMD ": --full is not supported yet: Flow-GRPO trains a LoRA adapter "
-                            "(--lora-rank)\n");
-        code = CLI_EUSAGE;
-        goto out;
-    }
     if (strstr(a.o.model, "://") || !strncmp(a.o.model, "scripted:", 9)) {
         fprintf(stderr,
                 CMD ": --model %s: the planner must run in-process (a GGUF file, "
@@ -571,6 +567,7 @@ int cmd_train_grpo(int argc, char **argv)
         goto out;
     if ((code = run_ctx_open(&rc, &cfg)) != CLI_OK)
         goto out;
+    a.o.full = a.full;
     a.o.data = data;
     a.o.val = val;
     a.o.flow = rc.params;

@@ -8,6 +8,7 @@
 
 #include <jansson.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -118,6 +119,9 @@ void af_engine_free(struct af_engine *e)
     free(e->default_system);
     free(e->logits);
     free(e->step_logits);
+    for (size_t i = 0; i < e->n_owned_w; i++)
+        free(e->owned_w[i]);
+    free(e->owned_w);
     pthread_cond_destroy(&e->idle_cv);
     pthread_mutex_destroy(&e->mu);
     free(e);
@@ -173,6 +177,85 @@ int af_engine_set_lora(struct af_engine *e, const struct lora_adapter *l, char *
     e->pc = prefix_cache_new(e->m, e->pc_seqs, e->pc_bytes);
     engine_exclusive_end(e);
     lora_free(old);
+    return AF_OK;
+}
+
+/* The model's weight named `name` (a GGUF tensor name), or NULL. */
+static struct weight *weight_named(struct model *m, const char *name)
+{
+    if (!strcmp(name, "token_embd.weight"))
+        return &m->tok_embd;
+    if (!strcmp(name, "output_norm.weight"))
+        return &m->output_norm;
+    if (!strcmp(name, "output.weight"))
+        return m->hp.tied_output ? NULL : &m->output;
+    long long il;
+    int used = 0;
+    if (sscanf(name, "blk.%lld.%n", &il, &used) != 1 || used == 0 || il < 0 || il >= m->hp.n_layer)
+        return NULL;
+    struct model_layer *ly = &m->layers[il];
+    const char *rest = name + used;
+    static const char *const names[] = {"attn_norm.weight", "ffn_norm.weight", "attn_q.weight",
+                                        "attn_k.weight",    "attn_v.weight",   "attn_output.weight",
+                                        "ffn_gate.weight",  "ffn_up.weight",   "ffn_down.weight",
+                                        "attn_q.bias",      "attn_k.bias",     "attn_v.bias",
+                                        "attn_output.bias"};
+    struct weight *ws[] = {&ly->attn_norm, &ly->ffn_norm, &ly->wq,   &ly->wk,     &ly->wv,
+                           &ly->wo,        &ly->w_gate,   &ly->w_up, &ly->w_down, &ly->bq,
+                           &ly->bk,        &ly->bv,       &ly->bo};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (!strcmp(rest, names[i]))
+            return ws[i]->data ? ws[i] : NULL;
+    return NULL;
+}
+
+int af_engine_set_weights(struct af_engine *e, const char *const *names, const float *const *values,
+                          const int64_t *counts, size_t n, char *err, size_t errlen)
+{
+    struct weight **ws = af_xcalloc(n ? n : 1, sizeof *ws);
+    for (size_t i = 0; i < n; i++) {
+        ws[i] = weight_named(e->m, names[i]);
+        if (!ws[i]) {
+            af_errf(err, errlen, "%s: no such tensor in this model", names[i]);
+            free(ws);
+            return AF_EINVAL;
+        }
+        if (counts[i] != ws[i]->n_in * ws[i]->n_out) {
+            af_errf(err, errlen, "%s: %lld values for a tensor of %lld", names[i],
+                    (long long)counts[i], (long long)(ws[i]->n_in * ws[i]->n_out));
+            free(ws);
+            return AF_EINVAL;
+        }
+    }
+    /* encode outside the lock: only the pointer swap needs the engine to be idle */
+    void **bufs = af_xcalloc(n ? n : 1, sizeof *bufs);
+    for (size_t i = 0; i < n; i++) {
+        const struct weight *w = ws[i];
+        bufs[i] = af_xmalloc(w->row_bytes * (size_t)w->n_out + 64);
+        for (int64_t r = 0; r < w->n_out; r++)
+            quant_quantize_row(w->type, values[i] + r * w->n_in,
+                               (char *)bufs[i] + (size_t)r * w->row_bytes, w->n_in);
+    }
+    engine_exclusive_begin(e, 1);
+    e->owned_w = af_xrealloc(e->owned_w, (e->n_owned_w + n) * sizeof *e->owned_w);
+    for (size_t i = 0; i < n; i++) {
+        struct weight *w = ws[i];
+        if (w == &e->m->tok_embd && e->m->hp.tied_output)
+            e->m->output.data = bufs[i];          /* the head is the embedding */
+        for (size_t k = 0; k < e->n_owned_w; k++) /* a buffer of ours: drop it */
+            if (e->owned_w[k] == w->data) {
+                free(e->owned_w[k]);
+                e->owned_w[k] = e->owned_w[--e->n_owned_w];
+                break;
+            }
+        w->data = bufs[i];
+        e->owned_w[e->n_owned_w++] = bufs[i];
+    }
+    prefix_cache_free(e->pc);
+    e->pc = prefix_cache_new(e->m, e->pc_seqs, e->pc_bytes);
+    engine_exclusive_end(e);
+    free(bufs);
+    free(ws);
     return AF_OK;
 }
 

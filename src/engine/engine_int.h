@@ -38,6 +38,8 @@ struct af_engine {
     int max_batch;         /* sequences decoded together */
     int invariant;         /* batch_invariant mode */
     float *step_logits;    /* [max_batch][n_vocab] */
+    void **owned_w;        /* weight buffers set by af_engine_set_weights (freed with the engine) */
+    size_t n_owned_w;
     /* counters of the scheduler (under mu): decode steps, rows they ran, the widest one */
     long long n_steps, n_rows, max_rows;
 };

@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "engine/gguf.h"
 #include "core/errf.h"
 #include "core/fileio.h"
 #include "core/jsonx.h"
@@ -342,4 +343,37 @@ int ckpt_load(const char *out_dir, int64_t step, struct lora_adapter *lora, cons
     }
     opt->step = adam_step;
     return AF_OK;
+}
+
+int ckpt_write_gguf(const struct model *m, const char *model_path, const struct train_param *params,
+                    size_t np, const char *path, char *err, size_t errlen)
+{
+    const struct gguf_file *g = m->gguf;
+    if (!g) {
+        af_errf(err, errlen, "%s: full training writes GGUF output only for a GGUF base model",
+                model_path);
+        return AF_EINVAL;
+    }
+    struct gguf_writer *w = gguf_writer_new();
+    gguf_writer_copy_kvs(w, g);
+    int rc = AF_OK;
+    for (uint64_t i = 0; i < gguf_n_tensors(g) && !rc; i++) {
+        const struct gguf_tensor *t = gguf_tensor_at(g, i);
+        char name[256];
+        snprintf(name, sizeof name, "%.*s", (int)t->name.n, t->name.s);
+        const struct train_param *p = NULL;
+        for (size_t k = 0; k < np && !p; k++)
+            if (strcmp(params[k].name, name) == 0)
+                p = &params[k];
+        if (p)
+            rc = gguf_writer_add_tensor(w, name, GGML_TYPE_F32, t->n_dims, t->ne, p->w,
+                                        (uint64_t)p->n * sizeof(float), err, errlen);
+        else
+            rc = gguf_writer_add_tensor(w, name, t->type, t->n_dims, t->ne, t->data, t->nbytes, err,
+                                        errlen);
+    }
+    if (!rc)
+        rc = gguf_writer_write(w, path, err, errlen);
+    gguf_writer_free(w);
+    return rc;
 }

@@ -54,4 +54,11 @@ AF_NODISCARD int ckpt_load(const char *out_dir, int64_t step, struct lora_adapte
                            struct train_adamw_state *opt, struct ckpt_state *st, char *err,
                            size_t errlen);
 
+/* Full training's weights as a GGUF llama.cpp loads: the trained tensors (params, by GGUF name)
+ * in F32, every other tensor and key copied from m's file. Written atomically. AF_EINVAL when m
+ * did not come from a GGUF file (model_path names it). */
+AF_NODISCARD int ckpt_write_gguf(const struct model *m, const char *model_path,
+                                 const struct train_param *params, size_t np, const char *path,
+                                 char *err, size_t errlen);
+
 #endif

@@ -33,10 +33,10 @@ struct train_grpo_opts train_grpo_default_opts(void)
     struct train_grpo_opts o = {0};
     o.lora_rank = 8;
     o.lora_targets = LORA_ALL_TARGETS;
+    o.lr = -1.0f; /* the mode's default */
     o.group = 8;
     o.batch = 32;
     o.epochs = 1;
-    o.lr = 1e-5f;
     o.schedule = "constant";
     o.adamw = train_adamw_defaults();
     o.adamw.weight_decay = 0.01f;
@@ -60,8 +60,12 @@ struct run {
     char *base_path, *start_dir;
     struct af_engine *engine;
     const struct model *m;
-    struct lora_adapter *lora;
-    float *ref_lora; /* the starting adapter's floats with ref_adapter, else NULL */
+    struct lora_adapter *lora;    /* LoRA mode */
+    float *ref_lora;              /* the starting adapter's floats with ref_adapter, else NULL */
+    struct model *ref_model;      /* full mode: the file's weights again, for the reference */
+    struct lora_adapter *ref_nil; /* full mode: a zero adapter the reference net runs without */
+    struct train_net *ref_net;
+    float lr;
     struct train_net *net;
     const struct train_param *params;
     size_t np;
@@ -145,7 +149,8 @@ static int check_opts(const struct train_grpo_opts *o, char *err, size_t errlen)
         {o->group < 2, "--group must be at least 2: advantages compare a question's rollouts"},
         {o->batch < 1, "--batch must be at least 1"},
         {o->steps < 0 || o->epochs < 1, "--steps must be >= 0 and --epochs >= 1"},
-        {!(o->lr >= 0) || !isfinite(o->lr), "--lr must be a non-negative number"},
+        {!(o->lr >= 0 || o->lr == -1.0f) || !isfinite(o->lr),
+         "--lr must be a non-negative number"},
         {o->schedule && train_sched_from_name(o->schedule) < 0,
          "--schedule must be constant, linear or cosine"},
         {o->lora_rank < 1, "--lora-rank must be at least 1"},
@@ -226,7 +231,25 @@ static int setup(struct run *r, char *err, size_t errlen)
     if ((rc = af_engine_load(r->base_path, &ep, &r->engine, err, errlen)))
         return rc;
     r->m = af_engine_model(r->engine);
-    if (r->start_dir) {
+    struct train_net_params np = train_net_default_params();
+    if (o->full) {
+        if (r->start_dir) {
+            af_errf(err, errlen,
+                    "--full trains the model's own weights: give --model a GGUF "
+                    "without +lora:DIR (merge the adapter first: model merge)");
+            return AF_EINVAL;
+        }
+        /* the reference: the file's weights, read again (the engine's change every step),
+         * through a LoRA-mode net that runs with its adapter off */
+        if ((rc = model_load(r->base_path, &r->ref_model, err, errlen)) ||
+            (rc = lora_new(&r->ref_model->hp, 1, 1.0f, 0, 1u << LORA_Q, &r->ref_nil, err, errlen)))
+            return rc;
+        struct train_net_params rp = train_net_default_params();
+        rp.lora = r->ref_nil;
+        if ((rc = train_net_new(r->ref_model, &rp, &r->ref_net, err, errlen)))
+            return rc;
+        np.full = 1;
+    } else if (r->start_dir) {
         if ((rc = lora_load_peft(r->start_dir, r->m, &r->lora, err, errlen)))
             return rc;
         r->lora->dropout = 0; /* sampling and scoring must see the same network */
@@ -241,7 +264,6 @@ static int setup(struct run *r, char *err, size_t errlen)
             return rc;
         lora_init(r->lora, o->seed);
     }
-    struct train_net_params np = train_net_default_params();
     np.lora = r->lora;
     if ((rc = train_net_new(r->m, &np, &r->net, err, errlen)))
         return rc;
@@ -252,7 +274,8 @@ static int setup(struct run *r, char *err, size_t errlen)
     r->steps = o->steps > 0 ? o->steps : o->epochs * ((r->n_data + o->batch - 1) / o->batch);
     r->sched.kind =
         (enum train_sched_kind)train_sched_from_name(o->schedule ? o->schedule : "constant");
-    r->sched.lr = o->lr;
+    r->lr = o->lr >= 0 ? o->lr : (o->full ? 1e-6f : 1e-5f);
+    r->sched.lr = r->lr;
     r->sched.warmup = o->warmup;
     r->sched.total = r->steps;
     r->perm = af_xmalloc((size_t)r->n_data * sizeof *r->perm);
@@ -297,17 +320,18 @@ static char *settings_json(const struct run *r)
     const struct train_grpo_opts *o = r->o;
     json_t *s = json_pack(
         "{s:s,s:I,s:I,s:f,s:s,s:I,s:f,s:f,s:f,s:f,s:f,s:s,s:i,s:I,s:f,s:i,s:i,s:I,s:i,s:f,s:i,"
-        "s:i,s:b,s:b,s:f}",
+        "s:i,s:b,s:b,s:f,s:b}",
         "model", o->model, "group", (json_int_t)o->group, "batch", (json_int_t)o->batch, "lr",
-        (double)o->lr, "schedule", o->schedule ? o->schedule : "constant", "warmup",
+        (double)r->lr, "schedule", o->schedule ? o->schedule : "constant", "warmup",
         (json_int_t)o->warmup, "clip", (double)o->clip, "clip_low", (double)o->hp.clip_low,
         "clip_high", (double)o->hp.clip_high, "kl", (double)o->hp.kl_coef, "weight_decay",
         (double)o->adamw.weight_decay, "loss_agg", grpo_agg_name(o->agg), "ppo_epochs",
         o->ppo_epochs, "mini_batch", (json_int_t)o->mini_batch, "temperature",
         (double)o->temperature, "max_tokens", o->max_tokens, "max_steps", o->flow.max_steps, "seed",
-        (json_int_t)o->seed, "lora_rank", r->lora->rank, "lora_alpha", (double)r->lora->alpha,
-        "lora_targets", (int)r->lora->targets, "data_items", (int)r->n_data, "reward_f1",
-        o->reward_f1, "ref_adapter", o->ref_adapter, "max_time", o->flow.max_time_s);
+        (json_int_t)o->seed, "lora_rank", r->lora ? r->lora->rank : 0, "lora_alpha",
+        r->lora ? (double)r->lora->alpha : 0.0, "lora_targets", r->lora ? (int)r->lora->targets : 0,
+        "data_items", (int)r->n_data, "reward_f1", o->reward_f1, "ref_adapter", o->ref_adapter,
+        "max_time", o->flow.max_time_s, "full", o->full);
     char *text = json_dumps(s, JSON_COMPACT);
     json_decref(s);
     return text;
@@ -682,9 +706,46 @@ static int save(struct run *r, char *err, size_t errlen)
         return AF_OK;
     int rc = ckpt_save(r->o->out_dir, &r->st, r->lora, r->m, r->params, r->np, &r->opt, r->o->keep,
                        err, errlen);
-    if (!rc)
+    if (!rc && r->lora)
         rc = lora_save_peft(r->lora, r->m, r->o->out_dir, r->base_path, err, errlen);
+    if (!rc && !r->lora) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s/model.gguf", r->o->out_dir);
+        rc = ckpt_write_gguf(r->m, r->base_path, r->params, r->np, path, err, errlen);
+    }
     return rc;
+}
+
+/* The trained weights into the engine that samples the rollouts. */
+static int push_weights(struct run *r, char *err, size_t errlen)
+{
+    if (r->lora)
+        return af_engine_set_lora(r->engine, r->lora, err, errlen);
+    const char **names = af_xmalloc(r->np * sizeof *names);
+    const float **vals = af_xmalloc(r->np * sizeof *vals);
+    int64_t *counts = af_xmalloc(r->np * sizeof *counts);
+    for (size_t k = 0; k < r->np; k++) {
+        names[k] = r->params[k].name;
+        vals[k] = r->params[k].w;
+        counts[k] = r->params[k].n;
+    }
+    int rc = af_engine_set_weights(r->engine, names, vals, counts, r->np, err, errlen);
+    free(names);
+    free(vals);
+    free(counts);
+    return rc;
+}
+
+/* FNV-1a over every trainable value, in list order: the ranks compare it each step. */
+static uint64_t weights_checksum(const struct run *r)
+{
+    if (r->lora)
+        return train_dist_checksum(r->lora->data, r->lora->n_floats * sizeof *r->lora->data);
+    uint64_t h = 0;
+    for (size_t k = 0; k < r->np; k++)
+        h = h * 0x100000001b3ull ^
+            train_dist_checksum(r->params[k].w, (size_t)r->params[k].n * sizeof(float));
+    return h;
 }
 
 static int step_once(struct run *r, struct train_grpo_step *out, char *err, size_t errlen)
@@ -751,16 +812,16 @@ static int step_once(struct run *r, struct train_grpo_step *out, char *err, size
                                      o->mini_batch,
                                      train_mix(o->seed, 0xb0000000ull + (uint64_t)r->st.step),
                                      r->ref_lora,
-                                     r->lora->data,
-                                     r->lora->n_floats};
+                                     r->lora ? r->lora->data : NULL,
+                                     r->lora ? r->lora->n_floats : 0,
+                                     r->ref_net};
         rc = grpo_update(&uq, turns, n_turns, &u, err, errlen);
     }
     if (!rc)
-        rc = train_dist_check_same(
-            train_dist_checksum(r->lora->data, r->lora->n_floats * sizeof *r->lora->data),
-            "the adapter's checksum", err, errlen);
+        rc = train_dist_check_same(weights_checksum(r), "the trained weights' checksum", err,
+                                   errlen);
     if (!rc)
-        rc = af_engine_set_lora(r->engine, r->lora, err, errlen);
+        rc = push_weights(r, err, errlen);
     const double upd_s = (af_clock_ms() - t0) / 1000.0;
     turns_free(turns, n_turns);
     if (!rc) {
@@ -826,6 +887,9 @@ static void teardown(struct run *r)
     train_net_free(r->net);
     lora_free(r->lora);
     free(r->ref_lora);
+    train_net_free(r->ref_net);
+    lora_free(r->ref_nil);
+    model_free(r->ref_model);
     af_engine_free(r->engine);
     free(r->base_path);
     free(r->start_dir);
@@ -840,11 +904,15 @@ int train_grpo_run(const struct train_grpo_opts *o, char *err, size_t errlen)
     memset(&r, 0, sizeof r);
     r.o = o;
     if (!(rc = setup(&r, err, errlen)) && !(rc = start_or_resume(&r, err, errlen)) &&
-        !(rc = af_engine_set_lora(r.engine, r.lora, err, errlen)) &&
+        !(rc = (r.lora || r.st.step > 0) ? push_weights(&r, err, errlen) : AF_OK) &&
         !(rc = open_logs(&r, err, errlen))) {
-        note(&r, "%lld questions, %lld steps of %lld x %lld rollouts; adapter rank %d",
-             (long long)r.n_data, (long long)r.steps, (long long)o->batch, (long long)o->group,
-             r.lora->rank);
+        if (r.lora)
+            note(&r, "%lld questions, %lld steps of %lld x %lld rollouts; adapter rank %d",
+                 (long long)r.n_data, (long long)r.steps, (long long)o->batch, (long long)o->group,
+                 r.lora->rank);
+        else
+            note(&r, "%lld questions, %lld steps of %lld x %lld rollouts; every weight trained",
+                 (long long)r.n_data, (long long)r.steps, (long long)o->batch, (long long)o->group);
         if (r.st.step >= r.steps)
             note(&r, "the run already has %lld steps (--steps %lld): nothing to do",
                  (long long)r.st.step, (long long)r.steps);

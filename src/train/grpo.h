@@ -58,6 +58,9 @@ struct train_grpo_opts {
     int prefill_chunk, max_batch; /* the planner engine's scheduler; 0 = its defaults */
     int ref_adapter; /* the KL reference is the starting adapter (needs +lora:DIR), not the
                         base model */
+    int full;        /* train every weight (F32 copies; small models): the engine gets the new
+                        weights in its own types after each step, the reference is the file's
+                        weights, and RUN/model.gguf is written */
     int lora_rank;   /* a new adapter's rank (default 8), alpha (default 2*rank), targets */
     float lora_alpha;
     unsigned lora_targets;
@@ -70,7 +73,7 @@ struct train_grpo_opts {
     int64_t group, batch; /* G (>= 2) and B (default 8 and 32) */
     int64_t steps;        /* default: epochs * ceil(n / batch) */
     int64_t epochs;       /* default 1, used when steps is 0 */
-    float lr;             /* default 1e-5 (LoRA) */
+    float lr;             /* -1 = the default: 1e-5 (LoRA), 1e-6 (full, as the paper) */
     const char *schedule; /* constant (default), linear, cosine */
     int64_t warmup;
     struct train_adamw adamw;    /* weight decay 0.01 as verl */

@@ -97,6 +97,8 @@ struct grpo_update_req {
     const float *ref_lora;
     float *cur_lora;
     size_t lora_floats;
+    /* full training: the reference is this net (the file's weights) with its adapter off */
+    struct train_net *ref_net;
 };
 
 /* The update on turns[0..n) (advantages set): logp_old, logp_ref, then the PPO epochs. */

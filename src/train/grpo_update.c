@@ -69,8 +69,10 @@ static int reference(const struct grpo_update_req *q, struct grpo_turn *turns, s
         memcpy(q->cur_lora, q->ref_lora, q->lora_floats * sizeof *saved);
     }
     for (size_t k = 0; k < n && !rc; k++)
-        rc = score_turn(q->net, &turns[k], q->temperature, q->ref_lora != NULL, turns[k].logp_ref,
-                        err, errlen);
+        rc = q->ref_net ? score_turn(q->ref_net, &turns[k], q->temperature, 0, turns[k].logp_ref,
+                                     err, errlen)
+                        : score_turn(q->net, &turns[k], q->temperature, q->ref_lora != NULL,
+                                     turns[k].logp_ref, err, errlen);
     if (saved) {
         memcpy(q->cur_lora, saved, q->lora_floats * sizeof *saved);
         free(saved);

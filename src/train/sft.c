@@ -184,39 +184,6 @@ static int log_step(struct run *r, const struct train_sft_step *s, char *err, si
     return rc;
 }
 
-/* Full training: the weights as a GGUF llama.cpp loads (trained tensors F32, the rest copied). */
-static int write_full_gguf(const struct run *r, const char *path, char *err, size_t errlen)
-{
-    const struct gguf_file *g = r->m->gguf;
-    if (!g) {
-        af_errf(err, errlen, "%s: full training writes GGUF output only for a GGUF base model",
-                r->o->model_path);
-        return AF_EINVAL;
-    }
-    struct gguf_writer *w = gguf_writer_new();
-    gguf_writer_copy_kvs(w, g);
-    int rc = AF_OK;
-    for (uint64_t i = 0; i < gguf_n_tensors(g) && !rc; i++) {
-        const struct gguf_tensor *t = gguf_tensor_at(g, i);
-        char name[256];
-        snprintf(name, sizeof name, "%.*s", (int)t->name.n, t->name.s);
-        const struct train_param *p = NULL;
-        for (size_t k = 0; k < r->np && !p; k++)
-            if (strcmp(r->params[k].name, name) == 0)
-                p = &r->params[k];
-        if (p)
-            rc = gguf_writer_add_tensor(w, name, GGML_TYPE_F32, t->n_dims, t->ne, p->w,
-                                        (uint64_t)p->n * sizeof(float), err, errlen);
-        else
-            rc = gguf_writer_add_tensor(w, name, t->type, t->n_dims, t->ne, t->data, t->nbytes, err,
-                                        errlen);
-    }
-    if (!rc)
-        rc = gguf_writer_write(w, path, err, errlen);
-    gguf_writer_free(w);
-    return rc;
-}
-
 static int save(struct run *r, char *err, size_t errlen)
 {
     const struct train_sft_opts *o = r->o;
@@ -228,7 +195,7 @@ static int save(struct run *r, char *err, size_t errlen)
         return lora_save_peft(r->lora, r->m, o->out_dir, o->model_path, err, errlen);
     char path[4096];
     snprintf(path, sizeof path, "%s/model.gguf", o->out_dir);
-    return write_full_gguf(r, path, err, errlen);
+    return ckpt_write_gguf(r->m, o->model_path, r->params, r->np, path, err, errlen);
 }
 
 static int check_opts(const struct train_sft_opts *o, char *err, size_t errlen)
