@@ -19,7 +19,9 @@ struct grpo_turn {
     int64_t n_prompt, n_resp;
     float *logp_engine; /* [n_resp] as sampled (the engine's quantized forward) */
     float *logp_old;    /* [n_resp] the training network's, before the update */
-    float *logp_ref;    /* [n_resp] the reference policy's */
+    float *logp_ref;    /* [n_resp] the reference policy's; NULL when the KL term is off */
+    int scored;         /* logp_old holds the trainer's log-probs (a turn with no gradient
+                           and no KL term is skipped by an on-policy update) */
     float adv;
     int64_t traj; /* its trajectory's index in the step */
     int turn;     /* 0-based among its trajectory's planner calls */
@@ -76,7 +78,8 @@ struct grpo_update_stats {
     int64_t evaluated; /* of those, the ones the update ran (a zero advantage with no KL
                           term is skipped); the means are over these */
     int64_t opt_steps, skipped;
-    double old_s, ref_s, bwd_s, opt_s; /* phase seconds */
+    double old_s, ref_s, bwd_s, opt_s; /* phase seconds (old_s 0 when on-policy: the
+                                          backward's forward gives logp_old) */
     double first_ratio_maxdev;         /* max |rho - 1| of the first mini-batch's tokens */
 };
 

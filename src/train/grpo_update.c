@@ -36,10 +36,11 @@ static int score_turn(struct train_net *net, const struct grpo_turn *u, float te
  * index (the callback runs on OpenMP threads). */
 struct tokctx {
     const struct grpo_hp *hp;
-    const struct grpo_turn *u;
+    struct grpo_turn *u;
     double coef;
     int64_t off;
     struct grpo_tok *tok; /* [n_resp] */
+    int fill_old;         /* on-policy: logp_old is the current log-prob, recorded here */
 };
 
 static float weight_of(void *user, int64_t t, float logp)
@@ -48,7 +49,11 @@ static float weight_of(void *user, int64_t t, float logp)
     const int64_t j = t - c->off;
     if (j < 0 || j >= c->u->n_resp)
         return 0.0f;
-    grpo_token(c->hp, logp, c->u->logp_old[j], c->u->logp_ref[j], c->u->adv, &c->tok[j]);
+    if (c->fill_old)
+        c->u->logp_old[j] = logp; /* the same network and bits: rho = 1 exactly */
+    const float old = c->u->logp_old[j];
+    const float ref = c->u->logp_ref ? c->u->logp_ref[j] : old; /* no KL term: unused */
+    grpo_token(c->hp, logp, old, ref, c->u->adv, &c->tok[j]);
     /* train_net adds w·(−logp): w = −coef·dℓ/dlogp makes its gradient that of coef·ℓ */
     return (float)(-c->coef * c->tok[j].dlogp);
 }
@@ -57,11 +62,10 @@ static int reference(const struct grpo_update_req *q, struct grpo_turn *turns, s
                      size_t errlen)
 {
     int rc = AF_OK;
-    if (q->hp.kl_coef == 0.0f) { /* the term is zero: no need to compute it */
-        for (size_t k = 0; k < n; k++)
-            memcpy(turns[k].logp_ref, turns[k].logp_old, (size_t)turns[k].n_resp * sizeof(float));
+    if (q->hp.kl_coef == 0.0f) /* the term is zero: no need to compute it */
         return AF_OK;
-    }
+    for (size_t k = 0; k < n; k++)
+        turns[k].logp_ref = af_xmalloc((size_t)turns[k].n_resp * sizeof(float));
     float *saved = NULL;
     if (q->ref_lora) {
         saved = af_xmalloc(q->lora_floats * sizeof *saved);
@@ -141,7 +145,8 @@ static int coefs(const struct grpo_update_req *q, const struct grpo_turn *turns,
 }
 
 static int minibatch(const struct grpo_update_req *q, struct grpo_turn *turns, const int64_t *idx,
-                     size_t m, int first, struct grpo_update_stats *st, char *err, size_t errlen)
+                     size_t m, int first, int fill_old, struct grpo_update_stats *st, char *err,
+                     size_t errlen)
 {
     double *coef = af_xmalloc((m ? m : 1) * sizeof *coef);
     int rc = coefs(q, turns, idx, m, coef, err, errlen);
@@ -153,12 +158,13 @@ static int minibatch(const struct grpo_update_req *q, struct grpo_turn *turns, c
     train_grads_zero(q->params, q->np);
     double loss = 0;
     for (size_t k = 0; k < m && !rc; k++) {
-        const struct grpo_turn *u = &turns[idx[k]];
+        struct grpo_turn *u = &turns[idx[k]];
         st->tokens += u->n_resp;
         if (u->adv == 0.0f && q->hp.kl_coef == 0.0f)
             continue; /* no gradient: the loss is 0 whatever the weights */
         const int64_t T = u->n_prompt + u->n_resp;
-        struct tokctx c = {&q->hp, u, coef[k], u->n_prompt - 1, NULL};
+        struct tokctx c = {&q->hp, u, coef[k], u->n_prompt - 1, NULL, fill_old};
+        u->scored = 1;
         c.tok = af_xcalloc((size_t)u->n_resp, sizeof *c.tok);
         float *ent = af_xmalloc((size_t)(T - 1) * sizeof *ent);
         struct train_net_seq_opts so = train_net_seq_default_opts();
@@ -216,31 +222,8 @@ int grpo_update(const struct grpo_update_req *q, struct grpo_turn *turns, size_t
 {
     memset(st, 0, sizeof *st);
     int rc = AF_OK;
-    double t0 = af_clock_ms();
-    double mism = 0;
-    int64_t all = 0;
-    for (size_t k = 0; k < n && !rc; k++) {
-        struct grpo_turn *u = &turns[k];
-        u->logp_old = af_xmalloc((size_t)u->n_resp * sizeof(float));
-        u->logp_ref = af_xmalloc((size_t)u->n_resp * sizeof(float));
-        rc = score_turn(q->net, u, q->temperature, 1, u->logp_old, err, errlen);
-        for (int64_t j = 0; j < u->n_resp && !rc; j++)
-            mism += fabs((double)u->logp_engine[j] - (double)u->logp_old[j]);
-        all += u->n_resp;
-    }
-    st->old_s = (af_clock_ms() - t0) / 1000.0;
-    double mm[2] = {mism, (double)all};
-    if (rc || (rc = train_dist_sum_doubles(mm, 2, err, errlen)))
-        return rc; /* a failed forward stops this rank; mpirun then ends the others */
-    st->logp_mismatch = mm[1] > 0 ? mm[0] / mm[1] : 0;
-    t0 = af_clock_ms();
-    if ((rc = reference(q, turns, n, err, errlen)))
-        return rc;
-    st->ref_s = (af_clock_ms() - t0) / 1000.0;
-
     /* Each rank cuts its own turns into mini-batches of mini_batch / ranks; every rank takes
      * as many optimiser steps as the rank with the most chunks (empty chunks add nothing). */
-    int64_t *order = af_xmalloc((n ? n : 1) * sizeof *order);
     const int K = train_dist_size();
     size_t mb = n ? n : 1;
     if (q->mini_batch > 0) {
@@ -248,8 +231,30 @@ int grpo_update(const struct grpo_update_req *q, struct grpo_turn *turns, size_t
         mb = per < mb ? per : mb;
     }
     int64_t chunks = q->mini_batch > 0 ? (int64_t)((n + mb - 1) / mb) : 1;
-    if (!rc)
-        rc = train_dist_max_i64(&chunks, err, errlen);
+    if ((rc = train_dist_max_i64(&chunks, err, errlen)))
+        return rc;
+    /* One epoch in one chunk is on-policy: the old log-probs are the ones the update's own
+     * forward computes before any step, so they are taken there instead of by a pass of their
+     * own (the same network on the same ids gives the same bits; verl's separate pass would). */
+    const int on_policy = q->ppo_epochs == 1 && chunks == 1;
+    double t0 = af_clock_ms();
+    for (size_t k = 0; k < n && !rc; k++) {
+        struct grpo_turn *u = &turns[k];
+        u->logp_old = af_xmalloc((size_t)u->n_resp * sizeof(float));
+        if (!on_policy) {
+            rc = score_turn(q->net, u, q->temperature, 1, u->logp_old, err, errlen);
+            u->scored = 1;
+        }
+    }
+    st->old_s = (af_clock_ms() - t0) / 1000.0;
+    if (rc)
+        return rc; /* a failed forward stops this rank; mpirun then ends the others */
+    t0 = af_clock_ms();
+    if ((rc = reference(q, turns, n, err, errlen)))
+        return rc;
+    st->ref_s = (af_clock_ms() - t0) / 1000.0;
+
+    int64_t *order = af_xmalloc((n ? n : 1) * sizeof *order);
     for (int e = 0; e < q->ppo_epochs && !rc; e++) {
         for (size_t k = 0; k < n; k++)
             order[k] = (int64_t)k;
@@ -261,10 +266,20 @@ int grpo_update(const struct grpo_update_req *q, struct grpo_turn *turns, size_t
         for (int64_t c = 0; c < chunks && !rc; c++) {
             const size_t s0 = (size_t)c * mb;
             const size_t m = s0 >= n ? 0 : (n - s0 < mb ? n - s0 : mb);
-            rc = minibatch(q, turns, order + (s0 < n ? s0 : 0), m, e == 0 && c == 0, st, err,
-                           errlen);
+            rc = minibatch(q, turns, order + (s0 < n ? s0 : 0), m, e == 0 && c == 0, on_policy, st,
+                           err, errlen);
         }
     }
+    /* the engine's sampling log-probs against the trainer's, over the tokens it scored */
+    double mm[2] = {0, 0};
+    for (size_t k = 0; k < n; k++)
+        for (int64_t j = 0; turns[k].scored && j < turns[k].n_resp; j++) {
+            mm[0] += fabs((double)turns[k].logp_engine[j] - (double)turns[k].logp_old[j]);
+            mm[1] += 1;
+        }
+    if (!rc)
+        rc = train_dist_sum_doubles(mm, 2, err, errlen);
+    st->logp_mismatch = mm[1] > 0 ? mm[0] / mm[1] : 0;
     free(order);
     double sums[8] = {st->kl,      st->ratio, st->clip_low,          st->clip_high,
                       st->entropy, st->loss,  (double)st->evaluated, (double)st->tokens};
