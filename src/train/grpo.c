@@ -149,8 +149,7 @@ static int check_opts(const struct train_grpo_opts *o, char *err, size_t errlen)
         {o->group < 2, "--group must be at least 2: advantages compare a question's rollouts"},
         {o->batch < 1, "--batch must be at least 1"},
         {o->steps < 0 || o->epochs < 1, "--steps must be >= 0 and --epochs >= 1"},
-        {!(o->lr >= 0 || o->lr == -1.0f) || !isfinite(o->lr),
-         "--lr must be a non-negative number"},
+        {!(o->lr >= 0 || o->lr == -1.0f) || !isfinite(o->lr), "--lr must be a non-negative number"},
         {o->schedule && train_sched_from_name(o->schedule) < 0,
          "--schedule must be constant, linear or cosine"},
         {o->lora_rank < 1, "--lora-rank must be at least 1"},
@@ -689,9 +688,9 @@ static json_t *metrics_json(const struct run *r, const struct step_sums *s,
         j, "update_tok_s",
         json_real(upd_s > 0 ? (double)s->train_tokens * r->o->ppo_epochs / upd_s : 0));
     json_object_set_new(j, "phase_s",
-                        json_pack("{s:f,s:f,s:f,s:f,s:f}", "rollout", roll_s, "logp_old", u->old_s,
-                                  "logp_ref", u->ref_s, "backward", u->bwd_s, "optimizer",
-                                  u->opt_s));
+                        json_pack("{s:f,s:f,s:f,s:f,s:f,s:f}", "rollout", roll_s, "logp_old",
+                                  u->old_s, "logp_ref", u->ref_s, "backward", u->bwd_s, "allreduce",
+                                  u->allreduce_s, "optimizer", u->opt_s));
     json_object_set_new(j, "optimizer_steps", json_integer((json_int_t)u->opt_steps));
     if (u->skipped)
         json_object_set_new(j, "skipped_steps", json_integer((json_int_t)u->skipped));

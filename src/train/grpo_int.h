@@ -78,6 +78,7 @@ struct grpo_update_stats {
     int64_t evaluated; /* of those, the ones the update ran (a zero advantage with no KL
                           term is skipped); the means are over these */
     int64_t opt_steps, skipped;
+    double allreduce_s;                /* summing gradients over ranks */
     double old_s, ref_s, bwd_s, opt_s; /* phase seconds (old_s 0 when on-policy: the
                                           backward's forward gives logp_old) */
     double first_ratio_maxdev;         /* max |rho - 1| of the first mini-batch's tokens */

@@ -193,8 +193,10 @@ static int minibatch(const struct grpo_update_req *q, struct grpo_turn *turns, c
     free(coef);
     int any_failed = 0;
     const int local_rc = rc;
+    const double t_ar = af_clock_ms();
     rc = sum_grads(q, local_rc != AF_OK, &any_failed, err, errlen);
-    st->bwd_s += (af_clock_ms() - t0) / 1000.0;
+    st->allreduce_s += (af_clock_ms() - t_ar) / 1000.0;
+    st->bwd_s += (t_ar - t0) / 1000.0;
     if (local_rc)
         return local_rc;
     if (rc)
