@@ -207,7 +207,11 @@ static int teardown(void **state)
 
 /* `train grpo` on the SFT'd model, the world above and extra options; returns the exit code
  * and keeps stderr in errbuf. */
-static int grpo(const char *out, const char *const *extra, char *errbuf, size_t errlen)
+/* Appends `train grpo` on the world (the SFT'd model, its data, prompts and scripted slots)
+ * writing to `out`, then `extra`, to argv[*n..] and NULL-terminates it (at most cap entries).
+ * The strings live until the next call. */
+static void world_argv(const char **argv, size_t *n, size_t cap, const char *out,
+                       const char *const *extra)
 {
     static char model[512], data[512], outp[512], fixed[512], exec[512], prompts[512];
     path(model, sizeof model, "sft/model.gguf");
@@ -216,27 +220,35 @@ static int grpo(const char *out, const char *const *extra, char *errbuf, size_t 
     snprintf(fixed, sizeof fixed, "scripted:%s/fixed.json", dir);
     snprintf(exec, sizeof exec, "scripted:%s/exec.json", dir);
     path(prompts, sizeof prompts, "prompts");
-    const char *args[64] = {"train",          "grpo",
-                            "--model",        model,
-                            "--data",         data,
-                            "--out",          outp,
-                            "--group",        "8",
-                            "--batch",        "2",
-                            "--lora-rank",    "4",
-                            "--max-tokens",   "100",
-                            "--prompts",      prompts,
-                            "--fixed-url",    fixed,
-                            "--executor-url", exec,
-                            "--tool-url",     exec,
-                            "--tools",        TOOL_A "," TOOL_B,
-                            "--max-steps",    "1",
-                            "--concurrency",  "4",
-                            "--threads",      "2",
-                            "--quiet"};
+    const char *base[] = {"train",          "grpo",
+                          "--model",        model,
+                          "--data",         data,
+                          "--out",          outp,
+                          "--group",        "8",
+                          "--batch",        "2",
+                          "--lora-rank",    "4",
+                          "--max-tokens",   "100",
+                          "--prompts",      prompts,
+                          "--fixed-url",    fixed,
+                          "--executor-url", exec,
+                          "--tool-url",     exec,
+                          "--tools",        TOOL_A "," TOOL_B,
+                          "--max-steps",    "1",
+                          "--quiet",        NULL};
+    for (const char *const *a = base; *a && *n + 1 < cap; a++)
+        argv[(*n)++] = *a;
+    for (; extra && *extra && *n + 1 < cap; extra++)
+        argv[(*n)++] = *extra;
+    argv[*n] = NULL;
+}
+
+static int grpo(const char *out, const char *const *extra, char *errbuf, size_t errlen)
+{
+    const char *args[80];
     size_t n = 0;
-    while (args[n])
-        n++;
-    for (; extra && *extra && n < 62; extra++)
+    const char *const common[] = {"--concurrency", "4", "--threads", "2", NULL};
+    world_argv(args, &n, 80, out, common);
+    for (; extra && *extra && n < 78; extra++)
         args[n++] = *extra;
     args[n] = NULL;
     struct proc_result r;
@@ -472,54 +484,13 @@ static void test_kill_resume(void **state)
     snprintf(p, sizeof p, "%s/straight/adapter_model.safetensors", dir);
     if (access(p, R_OK) != 0 && grpo("straight", straight, err, sizeof err) != 0)
         fail_msg("train grpo: %s", err);
-    static char model[512], data[512], outp[512], fixed[512], exec[512], prompts[512];
-    path(model, sizeof model, "sft/model.gguf");
-    path(data, sizeof data, "data.jsonl");
+    const char *argv[80] = {proc_agentflow_bin()};
+    size_t na = 1;
+    const char *const opts[] = {"--concurrency", "4",    "--threads",    "2", "--steps", "4",
+                                "--lr",          "3e-3", "--save-every", "1", NULL};
+    world_argv(argv, &na, 80, "killed", opts);
+    char outp[512];
     path(outp, sizeof outp, "killed");
-    snprintf(fixed, sizeof fixed, "scripted:%s/fixed.json", dir);
-    snprintf(exec, sizeof exec, "scripted:%s/exec.json", dir);
-    path(prompts, sizeof prompts, "prompts");
-    const char *argv[] = {proc_agentflow_bin(),
-                          "train",
-                          "grpo",
-                          "--model",
-                          model,
-                          "--data",
-                          data,
-                          "--out",
-                          outp,
-                          "--group",
-                          "8",
-                          "--batch",
-                          "2",
-                          "--lora-rank",
-                          "4",
-                          "--max-tokens",
-                          "100",
-                          "--prompts",
-                          prompts,
-                          "--fixed-url",
-                          fixed,
-                          "--executor-url",
-                          exec,
-                          "--tool-url",
-                          exec,
-                          "--tools",
-                          TOOL_A "," TOOL_B,
-                          "--max-steps",
-                          "1",
-                          "--concurrency",
-                          "4",
-                          "--threads",
-                          "2",
-                          "--quiet",
-                          "--steps",
-                          "4",
-                          "--lr",
-                          "3e-3",
-                          "--save-every",
-                          "1",
-                          NULL};
     char ck[600];
     snprintf(ck, sizeof ck, "%s/checkpoint-1", outp);
     const pid_t pid = proc_spawn(argv);
@@ -650,70 +621,32 @@ static int have_mpirun(void)
     return system("command -v mpirun >/dev/null 2>&1") == 0;
 }
 
+/* mpirun's full path (proc_run and proc_spawn exec without a PATH search). */
+static const char *mpirun_path(void)
+{
+    static char p[512];
+    if (!p[0]) {
+        FILE *w = popen("command -v mpirun", "r");
+        assert_non_null(w);
+        assert_non_null(fgets(p, sizeof p, w));
+        pclose(w);
+        p[strcspn(p, "\n")] = 0;
+    }
+    return p;
+}
+
 /* `mpirun -np 2 agentflow train grpo ...` on the world; returns the exit code, stderr in errbuf. */
 static int grpo_mpi(const char *out, const char *const *extra, char *errbuf, size_t errlen)
 {
-    static char model[512], data[512], outp[512], fixed[512], exec[512], prompts[512];
-    path(model, sizeof model, "sft/model.gguf");
-    path(data, sizeof data, "data.jsonl");
-    path(outp, sizeof outp, out);
-    snprintf(fixed, sizeof fixed, "scripted:%s/fixed.json", dir);
-    snprintf(exec, sizeof exec, "scripted:%s/exec.json", dir);
-    path(prompts, sizeof prompts, "prompts");
-    const char *argv[80] = {"mpirun",
-                            "--allow-run-as-root",
-                            "--oversubscribe",
-                            "-np",
-                            "2",
-                            proc_agentflow_bin(),
-                            "train",
-                            "grpo",
-                            "--model",
-                            model,
-                            "--data",
-                            data,
-                            "--out",
-                            outp,
-                            "--group",
-                            "8",
-                            "--batch",
-                            "2",
-                            "--lora-rank",
-                            "4",
-                            "--max-tokens",
-                            "100",
-                            "--prompts",
-                            prompts,
-                            "--fixed-url",
-                            fixed,
-                            "--executor-url",
-                            exec,
-                            "--tool-url",
-                            exec,
-                            "--tools",
-                            TOOL_A "," TOOL_B,
-                            "--max-steps",
-                            "1",
-                            "--concurrency",
-                            "4",
-                            "--threads",
-                            "1",
-                            "--quiet"};
-    size_t n = 0;
-    while (argv[n])
-        n++;
+    const char *argv[80] = {mpirun_path(), "--allow-run-as-root", "--oversubscribe", "-np",
+                            "2",           proc_agentflow_bin()};
+    size_t n = 6;
+    const char *const opts[] = {"--concurrency", "4", "--threads", "1", NULL};
+    world_argv(argv, &n, 80, out, opts);
     for (; extra && *extra && n < 78; extra++)
         argv[n++] = *extra;
     argv[n] = NULL;
     struct proc_result r;
-    /* proc_run execs without a PATH search: mpirun by its full path */
-    static char mpirun[512];
-    FILE *w = popen("command -v mpirun", "r");
-    assert_non_null(w);
-    assert_non_null(fgets(mpirun, sizeof mpirun, w));
-    pclose(w);
-    mpirun[strcspn(mpirun, "\n")] = 0;
-    argv[0] = mpirun;
     assert_int_equal(proc_run(argv, NULL, 600, &r), 0);
     snprintf(errbuf, errlen, "%s", r.err ? r.err : "");
     const int code = r.exit_code;
@@ -837,57 +770,13 @@ static void test_mpi_kill_rank(void **state)
     (void)state;
     if (!have_mpirun())
         skip();
-    static char mpirun[512], model[512], data[512], outp[512], fixed[512], exec[512], prompts[512];
-    FILE *w = popen("command -v mpirun", "r");
-    assert_non_null(fgets(mpirun, sizeof mpirun, w));
-    pclose(w);
-    mpirun[strcspn(mpirun, "\n")] = 0;
-    path(model, sizeof model, "sft/model.gguf");
-    path(data, sizeof data, "data.jsonl");
+    static char outp[512];
     path(outp, sizeof outp, "mpikill");
-    snprintf(fixed, sizeof fixed, "scripted:%s/fixed.json", dir);
-    snprintf(exec, sizeof exec, "scripted:%s/exec.json", dir);
-    path(prompts, sizeof prompts, "prompts");
-    const char *argv[] = {mpirun,
-                          "--allow-run-as-root",
-                          "--oversubscribe",
-                          "-np",
-                          "2",
-                          proc_agentflow_bin(),
-                          "train",
-                          "grpo",
-                          "--model",
-                          model,
-                          "--data",
-                          data,
-                          "--out",
-                          outp,
-                          "--group",
-                          "8",
-                          "--batch",
-                          "2",
-                          "--steps",
-                          "500",
-                          "--lora-rank",
-                          "4",
-                          "--max-tokens",
-                          "100",
-                          "--prompts",
-                          prompts,
-                          "--fixed-url",
-                          fixed,
-                          "--executor-url",
-                          exec,
-                          "--tool-url",
-                          exec,
-                          "--tools",
-                          TOOL_A "," TOOL_B,
-                          "--max-steps",
-                          "1",
-                          "--threads",
-                          "1",
-                          "--quiet",
-                          NULL};
+    const char *argv[80] = {mpirun_path(), "--allow-run-as-root", "--oversubscribe", "-np",
+                            "2",           proc_agentflow_bin()};
+    size_t na = 6;
+    const char *const opts[] = {"--steps", "500", "--threads", "1", NULL};
+    world_argv(argv, &na, 80, "mpikill", opts);
     const pid_t mp = proc_spawn(argv);
     assert_true(mp > 0);
     pid_t victim = 0;

@@ -10,6 +10,7 @@
 #include "core/errf.h"
 #include "core/fileio.h"
 #include "core/xalloc.h"
+#include "train/ckpt.h"
 
 /* Names the first setting that differs between a checkpoint's and this run's. */
 int train_settings_match(const char *saved, const char *now, char *err, size_t errlen)
@@ -72,4 +73,31 @@ uint64_t train_mix(uint64_t a, uint64_t b)
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
     z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
     return z ^ (z >> 31);
+}
+
+int train_run_start(const char *out_dir, int resume, const char *settings_now, int64_t *latest,
+                    char *err, size_t errlen)
+{
+    *latest = ckpt_latest(out_dir);
+    if (!resume) {
+        if (*latest > 0) {
+            af_errf(err, errlen,
+                    "%s already holds a run (checkpoint-%lld); pass --resume to continue it or "
+                    "choose another --out",
+                    out_dir, (long long)*latest);
+            return AF_EINVAL;
+        }
+        return AF_OK;
+    }
+    if (*latest == 0) {
+        af_errf(err, errlen, "--resume: %s has no checkpoint to resume from", out_dir);
+        return AF_EINVAL;
+    }
+    char *prev = NULL;
+    int rc = ckpt_read_settings(out_dir, *latest, &prev, err, errlen);
+    if (rc)
+        return rc;
+    rc = train_settings_match(prev, settings_now, err, errlen);
+    free(prev);
+    return rc;
 }

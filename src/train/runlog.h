@@ -17,6 +17,13 @@
  * equal value. AF_EINVAL names the first setting that differs (with both values). */
 AF_NODISCARD int train_settings_match(const char *saved, const char *now, char *err, size_t errlen);
 
+/* Where a run starts: *latest = 0 for a fresh run (AF_EINVAL when out_dir already holds a
+ * checkpoint and resume is off), else the newest checkpoint's step, after checking that its
+ * settings equal settings_now (AF_EINVAL names the first that differs; no checkpoint to resume
+ * is AF_EINVAL too). */
+AF_NODISCARD int train_run_start(const char *out_dir, int resume, const char *settings_now,
+                                 int64_t *latest, char *err, size_t errlen);
+
 /* Rewrites the metrics file `path` (JSONL with a "step" key) keeping the lines of steps <=
  * step, atomically; a torn last line is dropped. A missing file is not an error. */
 AF_NODISCARD int train_metrics_trim(const char *path, int64_t step, char *err, size_t errlen);

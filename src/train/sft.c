@@ -274,32 +274,16 @@ static int setup(struct run *r, char *err, size_t errlen)
 static int start_or_resume(struct run *r, char *err, size_t errlen)
 {
     const struct train_sft_opts *o = r->o;
-    const int64_t latest = ckpt_latest(o->out_dir);
+    int64_t latest = 0;
     r->st.settings_json = settings_json(r);
-    if (!o->resume) {
-        if (latest > 0) {
-            af_errf(err, errlen,
-                    "%s already holds a run (checkpoint-%lld); pass --resume to continue it or "
-                    "choose another --out",
-                    o->out_dir, (long long)latest);
-            return AF_EINVAL;
-        }
+    int rc = train_run_start(o->out_dir, o->resume, r->st.settings_json, &latest, err, errlen);
+    if (rc)
+        return rc;
+    if (latest == 0) {
         train_rng_seed(&r->rng, train_mix(o->seed, 0x5eedull));
         shuffle_epoch(r);
         return AF_OK;
     }
-    if (latest == 0) {
-        af_errf(err, errlen, "--resume: %s has no checkpoint to resume from", o->out_dir);
-        return AF_EINVAL;
-    }
-    char *prev = NULL;
-    int rc = ckpt_read_settings(o->out_dir, latest, &prev, err, errlen);
-    if (rc)
-        return rc;
-    rc = train_settings_match(prev, r->st.settings_json, err, errlen);
-    free(prev);
-    if (rc)
-        return rc;
     struct ckpt_state saved = {0};
     rc = ckpt_load(o->out_dir, latest, r->lora, r->m, r->params, r->np, &r->opt, &saved, err,
                    errlen);
