@@ -9,9 +9,14 @@
  * Decode is reported twice: after the -p prompt (attention over 512+ positions), and from a
  * one-token prompt, which is what llama-bench's tg128 measures.
  *
+ * --concurrent 1,2,4,8 instead runs N generations at once on one engine (continuous batching)
+ * and reports their aggregate decode tokens/s; --invariant loads the engine in batch-invariant
+ * mode (what Flow-GRPO's rollouts use), to see what it costs.
+ *
  * Models are generated once into DIR (default /tmp/agentflow-bench) with a fixed seed. Prints a
  * markdown table; record it in docs/PERFORMANCE.md.
  */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,15 +24,17 @@
 #include <unistd.h>
 
 #include "agentflow/engine.h"
+#include "core/clock.h"
 
 #define USAGE                                                                                      \
     "usage: bench/engine [--types F32,F16,Q8_0,Q4_0,Q4_K_M] [-p 512] [-n 128] [-t 2]\n"            \
-    "                    [--prefix 2000] [--shape qwen2.5-0.5b] [--dir DIR] [--vocab GGUF]\n"
+    "                    [--prefix 2000] [--shape qwen2.5-0.5b] [--dir DIR] [--vocab GGUF]\n"      \
+    "                    [--concurrent 1,2,4,8] [--invariant 0|1]\n"
 
 struct opts {
-    char types[256];
+    char types[256], concurrent[128];
     const char *shape, *dir, *vocab;
-    int pp, tg, threads, prefix;
+    int pp, tg, threads, prefix, invariant;
 };
 
 static void rand_ids(int32_t *ids, int n, int64_t nv, uint64_t *st)
@@ -52,6 +59,45 @@ static int gen(struct af_engine *e, const int32_t *ids, int n, int n_gen,
     return 0;
 }
 
+struct job {
+    struct af_engine *e;
+    int32_t ids[32];
+    int tg, rc;
+};
+
+static void *job_run(void *arg)
+{
+    struct job *j = arg;
+    struct af_engine_result r;
+    j->rc = gen(j->e, j->ids, 32, j->tg, &r);
+    af_engine_result_deinit(&r);
+    return NULL;
+}
+
+/* N generations of tg tokens from 32-token prompts at once: aggregate tokens/s. */
+static double concurrent_run(struct af_engine *e, int n, int tg, uint64_t *st)
+{
+    struct job *jobs = calloc((size_t)n, sizeof *jobs);
+    pthread_t *th = calloc((size_t)n, sizeof *th);
+    for (int i = 0; i < n; i++) {
+        jobs[i].e = e;
+        jobs[i].tg = tg;
+        rand_ids(jobs[i].ids, 32, af_engine_n_vocab(e), st);
+    }
+    const double t0 = af_clock_ms();
+    for (int i = 0; i < n; i++)
+        pthread_create(&th[i], NULL, job_run, &jobs[i]);
+    int rc = 0;
+    for (int i = 0; i < n; i++) {
+        pthread_join(th[i], NULL);
+        rc |= jobs[i].rc;
+    }
+    const double s = (af_clock_ms() - t0) / 1000.0;
+    free(jobs);
+    free(th);
+    return rc ? -1 : (double)n * tg / s;
+}
+
 static int one_type(const struct opts *o, const char *type)
 {
     char path[1024], err[1024];
@@ -67,10 +113,39 @@ static int one_type(const struct opts *o, const char *type)
     struct af_engine_params ep = af_engine_default_params();
     ep.n_threads = o->threads;
     ep.n_ctx = 4096;
+    ep.batch_invariant = o->invariant;
     struct af_engine *e = NULL;
     if (af_engine_load(path, &ep, &e, err, sizeof err)) {
         fprintf(stderr, "bench/engine: %s\n", err);
         return -1;
+    }
+    if (o->concurrent[0]) {
+        uint64_t st = 11;
+        struct af_engine_result w;
+        int32_t warm[32];
+        rand_ids(warm, 32, af_engine_n_vocab(e), &st);
+        int rc = gen(e, warm, 32, 2, &w); /* fault the weights in */
+        af_engine_result_deinit(&w);
+        double one = 0;
+        char list[128];
+        snprintf(list, sizeof list, "%s", o->concurrent);
+        char *save = NULL;
+        for (char *tok = strtok_r(list, ",", &save); tok && !rc; tok = strtok_r(NULL, ",", &save)) {
+            const int n = atoi(tok);
+            const double tps = n > 0 ? concurrent_run(e, n, o->tg, &st) : -1;
+            if (tps < 0) {
+                rc = -1;
+                break;
+            }
+            if (n == 1)
+                one = tps;
+            printf("| %s | %d | %.1f | %s |\n", type, n, tps, one > 0 ? "" : "-");
+            if (one > 0 && n > 1)
+                printf("|  |  | (%.2fx one) |  |\n", tps / one);
+            fflush(stdout);
+        }
+        af_engine_free(e);
+        return rc;
     }
     int64_t nv = af_engine_n_vocab(e);
     int cap = o->pp > o->prefix + 64 ? o->pp : o->prefix + 64;
@@ -111,13 +186,15 @@ static int one_type(const struct opts *o, const char *type)
 int main(int argc, char **argv)
 {
     struct opts o = {"F32,F16,Q8_0,Q4_0,Q4_K_M",
+                     "",
                      "qwen2.5-0.5b",
                      "/tmp/agentflow-bench",
                      NULL,
                      512,
                      128,
                      2,
-                     2000};
+                     2000,
+                     0};
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--types"))
             snprintf(o.types, sizeof o.types, "%s", argv[i + 1]);
@@ -135,6 +212,10 @@ int main(int argc, char **argv)
             o.dir = argv[i + 1];
         else if (!strcmp(argv[i], "--vocab"))
             o.vocab = argv[i + 1];
+        else if (!strcmp(argv[i], "--concurrent"))
+            snprintf(o.concurrent, sizeof o.concurrent, "%s", argv[i + 1]);
+        else if (!strcmp(argv[i], "--invariant"))
+            o.invariant = atoi(argv[i + 1]);
         else {
             fprintf(stderr, "bench/engine: unknown option %s\n%s", argv[i], USAGE);
             return 2;
@@ -145,8 +226,17 @@ int main(int argc, char **argv)
         return 2;
     }
     mkdir(o.dir, 0755);
-    printf("shape %s, %d threads, pp%d / tg%d, prefix %d tokens\n\n", o.shape, o.threads, o.pp,
-           o.tg, o.prefix);
+    printf("shape %s, %d threads, pp%d / tg%d, prefix %d tokens%s\n\n", o.shape, o.threads, o.pp,
+           o.tg, o.prefix, o.invariant ? ", batch-invariant engine" : "");
+    if (o.concurrent[0]) {
+        printf("| type | generations at once | aggregate decode tok/s (32-token prompts, tg %d "
+               "each) | |\n|---|---|---|---|\n",
+               o.tg);
+        int rc = 0;
+        for (char *t = strtok(o.types, ","); t; t = strtok(NULL, ","))
+            rc |= one_type(&o, t);
+        return rc ? 1 : 0;
+    }
     printf("| type | prefill tok/s | decode tok/s after the prompt | decode tok/s from 1 token "
            "(llama-bench tg) | prefill %d+64 | 2nd call, shared prefix |\n",
            o.prefix);
