@@ -204,7 +204,7 @@ static int bench_update(const struct opts *o, const char *gguf, const char *name
     struct grpo_update_req q = {
         net, par, np, &opt, &aw,  1e-5f, 1.0f, 0.7f, grpo_default_hp(), GRPO_AGG_TOKEN_MEAN,
         1,   0,   1,  NULL, NULL, 0,     NULL};
-    struct grpo_update_stats us;
+    struct grpo_update_stats us = {0};
     const double tokens = (double)nt * (double)(o->prompt + o->resp);
     /* small models run both twice and keep the second (warm caches and scratch buffers);
      * the 0.5B shape once, its runs are long enough */
@@ -240,7 +240,8 @@ static int bench_update(const struct opts *o, const char *gguf, const char *name
     printf("  phases: logp_old %.2f s (0 on-policy: the backward's forward gives it), logp_ref "
            "%.2f s, backward %.2f s, optimiser %.3f s\n",
            us.old_s, us.ref_s, us.bwd_s, us.opt_s);
-    printf("  whole update: %.2f s, %.0f tok/s (reference forward + forward/backward)\n", upd, tokens / upd);
+    printf("  whole update: %.2f s, %.0f tok/s (reference forward + forward/backward)\n", upd,
+           tokens / upd);
     printf("  backward pass alone: %.0f tok/s; train sft's forward+backward: %.0f tok/s "
            "(%.2fx)\n",
            tokens / us.bwd_s, tokens / sft, sft / us.bwd_s);

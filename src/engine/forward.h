@@ -71,8 +71,7 @@ AF_NODISCARD int fwd_eval(struct fwd_ctx *c, struct kv_seq *s, const int32_t *to
  * n rows of n_vocab floats. With invariant mode on, each row has the bits it would have alone.
  * AF_EINVAL names the row at fault (a full context, a bad id, a sequence given twice, more
  * than 256 rows); no sequence changes then. */
-AF_NODISCARD int fwd_eval_rows(struct fwd_ctx *c, struct kv_seq *const *seqs,
-                               const int32_t *tokens, int64_t n, float *logits, char *err,
-                               size_t errlen);
+AF_NODISCARD int fwd_eval_rows(struct fwd_ctx *c, struct kv_seq *const *seqs, const int32_t *tokens,
+                               int64_t n, float *logits, char *err, size_t errlen);
 
 #endif
