@@ -98,7 +98,7 @@ static void add_answer_rule(json_t *rules, const char *query, const char *answer
 {
     size_t n = strlen(query) + 64;
     char *match = malloc(n), *reply = malloc(strlen(answer) + 64);
-    snprintf(match, n, "%s\n\nInitial analysis:", query);
+    snprintf(match, n, "The query once more:\n%s\n\nReply in two", query);
     snprintf(reply, strlen(answer) + 64, "**Process Summary:** looked.\n**Answer:** %s", answer);
     json_t *r = json_pack("{s:s,s:s}", "match", match, "reply", reply);
     if (delay_ms)

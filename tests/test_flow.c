@@ -14,6 +14,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "agentflow/engine.h"
 #include "agentflow/flow.h"
 #include "core/fileio.h"
 
@@ -349,6 +350,53 @@ static void test_time_budget(void **state)
     teardown_fixture(&f);
 }
 
+/* The compiled-in templates share their long head (query, tools, cards, analysis, memory), so
+ * on the in-process engine most of a solve's prompt tokens come from the prefix cache: at least
+ * half on a 3-step solve, reported per module and in the result's prefix_reuse. A tiny random
+ * model (its replies do not parse, which still runs analysis, planner with its retry,
+ * verifier and generator every step). */
+static void test_prefix_reuse_in_process(void **state)
+{
+    (void)state;
+    char err[1024], path[256];
+    snprintf(path, sizeof path, "/tmp/af_test_flow_reuse_%d.gguf", (int)getpid());
+    struct af_engine_random_params rp = {"qwen2", "tiny", "F32", 3, NULL};
+    assert_int_equal(af_engine_make_random(&rp, path, err, sizeof err), 0);
+    struct af_engine_params ep = af_engine_default_params();
+    ep.n_threads = 2;
+    struct af_llm *llm = af_llm_gguf_new(path, &ep, err, sizeof err);
+    assert_non_null(llm);
+    struct af_tool_registry *reg = af_tool_registry_new();
+    assert_int_equal(af_tool_registry_add_builtins(reg, "Generalist_Solution_Generator_Tool", NULL,
+                                                   err, sizeof err),
+                     AF_OK);
+    struct af_flow_params p = af_flow_default_params();
+    p.max_steps = 3;
+    p.tools = reg;
+    for (int i = 0; i < AF_N_SLOTS; i++) {
+        p.slots[i].llm = llm;
+        p.slots[i].sampling.max_tokens = 12;
+    }
+    struct af_flow_result res;
+    assert_int_equal(af_flow_solve(&p, NULL, "What is 6 times 7?", &res), AF_OK);
+    json_t *j = af_flow_result_json(&res);
+    const json_t *pr = json_object_get(j, "prefix_reuse");
+    const double frac = json_number_value(json_object_get(pr, "fraction"));
+    fprintf(stderr, "prefix reuse on a 3-step solve: %.3f of %lld prompt tokens\n", frac,
+            (long long)json_integer_value(json_object_get(pr, "prompt_tokens")));
+    assert_true(frac >= 0.5);
+    const char *mods[] = {"planner", "verifier", "direct_output"};
+    for (size_t i = 0; i < 3; i++) {
+        const json_t *u = json_object_get(json_object_get(j, "usage"), mods[i]);
+        assert_true(json_integer_value(json_object_get(u, "cached_tokens")) > 0);
+    }
+    json_decref(j);
+    af_flow_result_deinit(&res);
+    af_tool_registry_free(reg);
+    af_llm_free(llm);
+    unlink(path);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -361,6 +409,7 @@ int main(void)
         cmocka_unit_test(test_memory_fresh_per_query),
         cmocka_unit_test(test_trace_and_prompt_override),
         cmocka_unit_test(test_time_budget),
+        cmocka_unit_test(test_prefix_reuse_in_process),
     };
     return cmocka_run_group_tests_name("flow", tests, NULL, NULL);
 }

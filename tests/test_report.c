@@ -484,7 +484,8 @@ static json_t *e2e_rules(int n)
     for (int k = 0; k < n; k++) {
         char match[160], reply[160];
         snprintf(match, sizeof match,
-                 "Problem number %d. What is %d plus zero?\n\nInitial analysis:", k, k);
+                 "The query once more:\nProblem number %d. What is %d plus zero?\n\nReply in two",
+                 k, k);
         snprintf(reply, sizeof reply, "**Process Summary:** looked.\n**Answer:** %d",
                  k % 3 ? k : k + 100);
         json_array_append_new(rules, json_pack("{s:s,s:s}", "match", match, "reply", reply));

@@ -51,6 +51,9 @@ struct af_llm_reply {
     char *finish_reason;       /* "stop", "length", ... or NULL */
     int64_t prompt_tokens;     /* -1 when unknown */
     int64_t completion_tokens; /* -1 when unknown */
+    int64_t cached_tokens;     /* prompt tokens served from a prefix cache (the in-process
+                                  engine; servers that report usage.prompt_tokens_details
+                                  .cached_tokens); -1 when unknown */
     double latency_ms;         /* wall time of the whole call, retries included */
     int n_attempts;            /* HTTP attempts made (1 without retries) */
     int http_status;           /* last HTTP status, 0 when none */

@@ -72,6 +72,8 @@ static void record_llm(struct solve_ctx *c, const char *module, const char *slot
     af_json_add_int(u, "prompt_tokens", rep->prompt_tokens > 0 ? rep->prompt_tokens : 0);
     af_json_add_int(u, "completion_tokens",
                     rep->completion_tokens > 0 ? rep->completion_tokens : 0);
+    if (rep->cached_tokens >= 0) /* only back-ends that say */
+        af_json_add_int(u, "cached_tokens", rep->cached_tokens);
     if (!c->p->trace)
         return;
     json_t *r = base_record(c, "llm");
@@ -88,8 +90,9 @@ static void record_llm(struct solve_ctx *c, const char *module, const char *slot
     json_object_set_new(r, "finish_reason",
                         rep->finish_reason ? af_json_text(rep->finish_reason) : json_null());
     json_object_set_new(r, "usage",
-                        json_pack("{s:I,s:I}", "prompt_tokens", (json_int_t)rep->prompt_tokens,
-                                  "completion_tokens", (json_int_t)rep->completion_tokens));
+                        json_pack("{s:I,s:I,s:I}", "prompt_tokens", (json_int_t)rep->prompt_tokens,
+                                  "completion_tokens", (json_int_t)rep->completion_tokens,
+                                  "cached_tokens", (json_int_t)rep->cached_tokens));
     json_object_set_new(r, "latency_ms", json_real(rep->latency_ms));
     json_object_set_new(r, "attempts", json_integer(rep->n_attempts));
     json_object_set_new(r, "error", rep->err ? af_json_text(rep->errmsg) : json_null());

@@ -9,6 +9,7 @@
 #include "agentflow/flow.h"
 
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -101,13 +102,26 @@ static void finish_ctx(struct solve_ctx *c)
     free(c->toolbox_metadata);
 }
 
+/* Every module's template may use the solve's shared parts; the compiled-in templates begin
+ * with them in this order, identical byte for byte, so that the engine's prefix cache serves
+ * each call's longest part from the calls before it (docs/ARCHITECTURE.md). mem may be NULL
+ * (no memory yet). Fills v[0..5) and returns 5. */
+static size_t shared_vars(const struct solve_ctx *c, const char *mem, struct prompt_var *v)
+{
+    v[0] = (struct prompt_var){"query", c->query};
+    v[1] = (struct prompt_var){"available_tools", c->available_tools};
+    v[2] = (struct prompt_var){"toolbox_metadata", c->toolbox_metadata};
+    v[3] = (struct prompt_var){"query_analysis", c->out->query_analysis};
+    v[4] = (struct prompt_var){"memory", mem};
+    return 5;
+}
+
 /* Query analysis: the reference's "Step 0". */
 static int analyze_query(struct solve_ctx *c)
 {
-    struct prompt_var v[] = {{"query", c->query},
-                             {"available_tools", c->available_tools},
-                             {"toolbox_metadata", c->toolbox_metadata}};
-    char *prompt = prompt_render(c->p->prompts, "query_analysis", v, 3);
+    struct prompt_var v[5];
+    const size_t n = shared_vars(c, NULL, v);
+    char *prompt = prompt_render(c->p->prompts, "query_analysis", v, n);
     double t0 = af_clock_ms();
     char *text = NULL;
     int rc = solve_chat(c, AF_SLOT_FIXED, "query_analysis", prompt, NULL, NULL, &text);
@@ -127,15 +141,12 @@ static int plan_step(struct solve_ctx *c, struct next_step *ns, char *why, size_
     snprintf(step, sizeof step, "%d", c->step);
     snprintf(maxs, sizeof maxs, "%d", c->p->max_steps);
     snprintf(left, sizeof left, "%d", c->p->max_steps - c->step + 1);
-    struct prompt_var v[] = {{"query", c->query},
-                             {"query_analysis", c->out->query_analysis},
-                             {"available_tools", c->available_tools},
-                             {"toolbox_metadata", c->toolbox_metadata},
-                             {"memory", mem},
-                             {"step", step},
-                             {"max_steps", maxs},
-                             {"remaining_steps", left}};
-    char *prompt = prompt_render(c->p->prompts, "next_step", v, sizeof v / sizeof v[0]);
+    struct prompt_var v[8];
+    size_t n = shared_vars(c, mem, v);
+    v[n++] = (struct prompt_var){"step", step};
+    v[n++] = (struct prompt_var){"max_steps", maxs};
+    v[n++] = (struct prompt_var){"remaining_steps", left};
+    char *prompt = prompt_render(c->p->prompts, "next_step", v, n);
     free(mem);
     char *text = NULL, *prev = NULL, *retry = NULL;
     int rc = AF_EPARSE;
@@ -168,13 +179,16 @@ static int write_command(struct solve_ctx *c, const struct next_step *ns, struct
     json_t *cj = af_tool_card_json(card);
     char *card_text = json_dumps(cj, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
     json_decref(cj);
-    struct prompt_var v[] = {{"query", c->query},
-                             {"sub_goal", ns->sub_goal},
-                             {"tool_name", card->name},
-                             {"tool_card", card_text},
-                             {"context", ns->context}};
-    char *prompt = prompt_render(c->p->prompts, "tool_command", v, sizeof v / sizeof v[0]);
+    char *mem = memory_render(&c->mem);
+    struct prompt_var v[9];
+    size_t n = shared_vars(c, mem, v);
+    v[n++] = (struct prompt_var){"sub_goal", ns->sub_goal};
+    v[n++] = (struct prompt_var){"tool_name", card->name};
+    v[n++] = (struct prompt_var){"tool_card", card_text};
+    v[n++] = (struct prompt_var){"context", ns->context};
+    char *prompt = prompt_render(c->p->prompts, "tool_command", v, n);
     free(card_text);
+    free(mem);
     char *text = NULL, *prev = NULL, *retry = NULL;
     int rc = AF_EPARSE;
     *command = NULL;
@@ -204,12 +218,9 @@ static int write_command(struct solve_ctx *c, const struct next_step *ns, struct
 static int verify(struct solve_ctx *c, int *stop)
 {
     char *mem = memory_render(&c->mem);
-    struct prompt_var v[] = {{"query", c->query},
-                             {"available_tools", c->available_tools},
-                             {"toolbox_metadata", c->toolbox_metadata},
-                             {"query_analysis", c->out->query_analysis},
-                             {"memory", mem}};
-    char *prompt = prompt_render(c->p->prompts, "verifier", v, sizeof v / sizeof v[0]);
+    struct prompt_var v[5];
+    const size_t n = shared_vars(c, mem, v);
+    char *prompt = prompt_render(c->p->prompts, "verifier", v, n);
     free(mem);
     char *text = NULL;
     int rc = solve_chat(c, AF_SLOT_FIXED, "verifier", prompt, NULL, NULL, &text);
@@ -226,17 +237,17 @@ static int generate(struct solve_ctx *c)
 {
     double t0 = af_clock_ms();
     char *mem = memory_render(&c->mem);
-    struct prompt_var v[] = {
-        {"query", c->query}, {"query_analysis", c->out->query_analysis}, {"memory", mem}};
+    struct prompt_var v[5];
+    const size_t nv = shared_vars(c, mem, v);
     int rc = AF_OK;
     if (c->p->detailed_answer) {
-        char *prompt = prompt_render(c->p->prompts, "final_output", v, 3);
+        char *prompt = prompt_render(c->p->prompts, "final_output", v, nv);
         rc =
             solve_chat(c, AF_SLOT_FIXED, "final_output", prompt, NULL, NULL, &c->out->final_output);
         free(prompt);
     }
     if (rc == AF_OK) {
-        char *prompt = prompt_render(c->p->prompts, "direct_output", v, 3);
+        char *prompt = prompt_render(c->p->prompts, "direct_output", v, nv);
         rc = solve_chat(c, AF_SLOT_FIXED, "direct_output", prompt, NULL, NULL,
                         &c->out->direct_output);
         free(prompt);
@@ -351,6 +362,30 @@ static int run_step(struct solve_ctx *c, int *stop)
     return rc;
 }
 
+/* Prompt tokens served from a prefix cache over all of a solve's calls whose back-end says
+ * (the in-process engine does): {prompt_tokens, cached_tokens, fraction}, or null when none
+ * says. */
+static json_t *prefix_reuse_json(const json_t *usage)
+{
+    json_int_t prompt = 0, cached = 0;
+    int any = 0;
+    const char *mod;
+    json_t *u;
+    json_object_foreach((json_t *)(uintptr_t)usage, mod, u)
+    {
+        const json_t *ct = json_object_get(u, "cached_tokens");
+        if (!json_is_integer(ct))
+            continue;
+        any = 1;
+        cached += json_integer_value(ct);
+        prompt += json_integer_value(json_object_get(u, "prompt_tokens"));
+    }
+    if (!any)
+        return json_null();
+    return json_pack("{s:I,s:I,s:f}", "prompt_tokens", prompt, "cached_tokens", cached, "fraction",
+                     prompt > 0 ? (double)cached / (double)prompt : 0.0);
+}
+
 json_t *af_flow_result_json(const struct af_flow_result *r)
 {
     json_t *j = json_object();
@@ -364,6 +399,7 @@ json_t *af_flow_result_json(const struct af_flow_result *r)
     json_object_set_new(j, "steps", json_integer(r->steps));
     json_object_set(j, "memory", r->memory ? r->memory : json_null());
     json_object_set(j, "usage", r->usage ? r->usage : json_null());
+    json_object_set_new(j, "prefix_reuse", prefix_reuse_json(r->usage));
     json_object_set(j, "timings", r->timings ? r->timings : json_null());
     json_object_set_new(j, "error", r->err ? af_json_text(r->errmsg) : json_null());
     return j;

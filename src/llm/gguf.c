@@ -162,6 +162,7 @@ static int gguf_llm_chat(void *self, const struct af_llm_request *req, struct af
     reply->finish_reason = af_xstrdup(res.finish_reason ? res.finish_reason : "stop");
     reply->prompt_tokens = (int64_t)n_ids;
     reply->completion_tokens = (int64_t)res.n_ids;
+    reply->cached_tokens = (int64_t)res.n_cached;
     reply->n_attempts = 1;
     reply->prompt_ids = ids;
     reply->n_prompt_ids = n_ids;

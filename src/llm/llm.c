@@ -30,6 +30,7 @@ void af_llm_reply_init(struct af_llm_reply *r)
     memset(r, 0, sizeof *r);
     r->prompt_tokens = -1;
     r->completion_tokens = -1;
+    r->cached_tokens = -1;
 }
 
 void af_llm_reply_deinit(struct af_llm_reply *r)

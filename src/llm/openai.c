@@ -421,6 +421,8 @@ static int parse_reply(const struct openai *o, const struct attempt *a, struct a
         json_t *usage = json_object_get(root, "usage");
         reply->prompt_tokens = get_count(usage, "prompt_tokens");
         reply->completion_tokens = get_count(usage, "completion_tokens");
+        reply->cached_tokens =
+            get_count(json_object_get(usage, "prompt_tokens_details"), "cached_tokens");
         rc = AF_OK;
     }
     json_decref(root);
