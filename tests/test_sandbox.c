@@ -343,6 +343,17 @@ static void test_parent_killed(void **state)
             } else {
                 while (count_marked(marker) < 2 && af_clock_ms() < deadline)
                     af_clock_sleep_ms(1);
+                if (count_marked(marker) < 2) { /* say what was there */
+                    int st = 0;
+                    const pid_t w = waitpid(pid, &st, WNOHANG);
+                    fprintf(stderr, "%s: %d marked processes; the CLI %s (status %d)\n", marker,
+                            count_marked(marker), w == pid ? "has exited" : "runs", st);
+                    char cmd[256];
+                    snprintf(cmd, sizeof cmd, "ps -eo pid,ppid,stat,etime,args | grep -a '%s' >&2",
+                             marker);
+                    if (system(cmd) < 0)
+                        fprintf(stderr, "cannot run ps\n");
+                }
                 assert_true(count_marked(marker) >= 2);
             }
             kill(pid, SIGKILL);
