@@ -458,6 +458,79 @@ static void test_concurrent_batching(void **state)
     af_engine_free(shared);
 }
 
+/* A generation cancelled from its on_token callback in the middle of a batch leaves at once
+ * (its sequence goes back to the pool) and the others finish with the bits they get alone. */
+static int cancel_after_3(void *user, int32_t id, const char *piece, size_t len)
+{
+    (void)id, (void)piece, (void)len;
+    int *n = user;
+    return ++*n >= 3;
+}
+
+static void test_cancel_in_batch(void **state)
+{
+    (void)state;
+    char err[1024];
+    struct af_engine_params ep = af_engine_default_params();
+    ep.n_threads = 2;
+    ep.n_ctx = 1024;
+    ep.chat_template = "chatml";
+    ep.batch_invariant = 1;
+    struct af_engine *e = NULL;
+    assert_int_equal(af_engine_load(tiny_path, &ep, &e, err, sizeof err), 0);
+    enum { N = 4 };
+    struct gen_job jobs[N];
+    pthread_t th[N];
+    int seen = 0;
+    for (int i = 0; i < N; i++) {
+        char text[128];
+        snprintf(text, sizeof text, "<|im_start|>user\nCount to %d.<|im_end|>\n", 10 + i);
+        memset(&jobs[i], 0, sizeof jobs[i]);
+        jobs[i].e = e;
+        ids_of(e, text, &jobs[i].ids, &jobs[i].n);
+        jobs[i].gp = af_engine_default_gen_params();
+        jobs[i].gp.max_tokens = 40;
+        jobs[i].gp.ignore_eos = 1;
+        jobs[i].gp.temperature = 0.7f;
+        jobs[i].gp.seed = (uint64_t)(7 + i);
+    }
+    jobs[1].gp.on_token = cancel_after_3;
+    jobs[1].gp.user = &seen;
+    for (int i = 0; i < N; i++)
+        assert_int_equal(pthread_create(&th[i], NULL, gen_thread, &jobs[i]), 0);
+    for (int i = 0; i < N; i++)
+        pthread_join(th[i], NULL);
+    assert_int_equal(jobs[1].rc, 0);
+    assert_int_equal(jobs[1].r.n_ids, 3);
+    assert_string_equal(jobs[1].r.finish_reason, "stop");
+    for (int i = 0; i < N; i++) {
+        assert_int_equal(jobs[i].rc, 0);
+        if (i == 1) {
+            af_engine_result_deinit(&jobs[i].r);
+            free(jobs[i].ids);
+            continue;
+        }
+        assert_int_equal(jobs[i].r.n_ids, 40);
+        struct af_engine *alone = NULL;
+        assert_int_equal(af_engine_load(tiny_path, &ep, &alone, err, sizeof err), 0);
+        struct af_engine_result r;
+        assert_int_equal(
+            af_engine_generate(alone, jobs[i].ids, jobs[i].n, &jobs[i].gp, &r, err, sizeof err), 0);
+        assert_memory_equal(r.ids, jobs[i].r.ids, r.n_ids * sizeof *r.ids);
+        assert_memory_equal(r.logprobs, jobs[i].r.logprobs, r.n_ids * sizeof *r.logprobs);
+        af_engine_result_deinit(&r);
+        af_engine_result_deinit(&jobs[i].r);
+        af_engine_free(alone);
+        free(jobs[i].ids);
+    }
+    /* the engine is idle again: an exclusive call gets through */
+    float *lg = malloc((size_t)af_engine_n_vocab(e) * sizeof *lg);
+    int32_t one = 5;
+    assert_int_equal(af_engine_logits(e, &one, 1, 0, lg, err, sizeof err), 0);
+    free(lg);
+    af_engine_free(e);
+}
+
 /* Greedy log-probs are log-softmax values; the same seed gives the same text; stop strings
  * end the text before them. */
 static void test_sampling(void **state)
@@ -953,19 +1026,13 @@ static void test_cli_model(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_reference_logits),
-        cmocka_unit_test(test_reference_prompt_ids),
-        cmocka_unit_test(test_hf_checkpoints),
-        cmocka_unit_test(test_prefix_cache),
-        cmocka_unit_test(test_batch_invariant),
-        cmocka_unit_test(test_concurrent_batching),
-        cmocka_unit_test(test_sampling),
-        cmocka_unit_test(test_stream_and_chat),
-        cmocka_unit_test(test_bad_calls),
-        cmocka_unit_test(test_malformed_models),
-        cmocka_unit_test(test_quantize_and_make_random),
-        cmocka_unit_test(test_cli_model),
-        cmocka_unit_test(test_llm_backend),
+        cmocka_unit_test(test_reference_logits), cmocka_unit_test(test_reference_prompt_ids),
+        cmocka_unit_test(test_hf_checkpoints),   cmocka_unit_test(test_prefix_cache),
+        cmocka_unit_test(test_batch_invariant),  cmocka_unit_test(test_concurrent_batching),
+        cmocka_unit_test(test_cancel_in_batch),  cmocka_unit_test(test_sampling),
+        cmocka_unit_test(test_stream_and_chat),  cmocka_unit_test(test_bad_calls),
+        cmocka_unit_test(test_malformed_models), cmocka_unit_test(test_quantize_and_make_random),
+        cmocka_unit_test(test_cli_model),        cmocka_unit_test(test_llm_backend),
     };
     return cmocka_run_group_tests(tests, make_tiny, drop_tiny);
 }
