@@ -278,8 +278,37 @@ static void test_exit_codes(void **state)
     const char *missing[] = {bin,     "run", "--url", "http://127.0.0.1:9/v1", "--batch", in,
                              "--out", out,   NULL};
     assert_int_equal(run_code(missing, "missing.jsonl"), 4);
+    /* an empty query is usage; a model or script file the URL names that is missing or not
+     * one is bad input */
+    const char *empty[] = {bin, "run", "--url", "http://127.0.0.1:9/v1", "  ", NULL};
+    assert_int_equal(run_code(empty, "the query is empty"), 2);
+    const char *no_gguf[] = {bin, "run", "--url", "gguf:/nonexistent/m.gguf", "q", NULL};
+    assert_int_equal(run_code(no_gguf, "/nonexistent/m.gguf"), 4);
+    write_file(cfg, "not a model");
+    char spec[600];
+    snprintf(spec, sizeof spec, "gguf:%s", cfg);
+    const char *not_gguf[] = {bin, "run", "--url", spec, "q", NULL};
+    assert_int_equal(run_code(not_gguf, "bad.json"), 4);
+    const char *no_script[] = {bin, "run", "--url", "scripted:/nonexistent/s.json", "q", NULL};
+    assert_int_equal(run_code(no_script, "/nonexistent/s.json"), 4);
     unlink(cfg);
     unlink(out);
+}
+
+/* A server whose reply body is not JSON is a back-end error: exit 3, naming the URL. */
+static void test_malformed_reply_exit_3(void **state)
+{
+    (void)state;
+    struct fake_server *fs = fake_server_start();
+    assert_non_null(fs);
+    fake_server_set_default(fs, 200, "{\"choices\": [ this is not json", 0);
+    const char *argv[] = {proc_agentflow_bin(), "run", "--url", fake_server_url(fs), "q", NULL};
+    struct proc_result r;
+    assert_int_equal(proc_run(argv, NULL, RUN_TIMEOUT_S, &r), 0);
+    assert_int_equal(r.exit_code, 3);
+    assert_non_null(strstr(r.err, fake_server_url(fs)));
+    proc_result_deinit(&r);
+    fake_server_stop(fs);
 }
 
 static void test_backend_error_exit_3(void **state)
@@ -477,7 +506,7 @@ int main(void)
         cmocka_unit_test(test_exit_codes),           cmocka_unit_test(test_config_precedence),
         cmocka_unit_test(test_backend_error_exit_3), cmocka_unit_test(test_batch_kill_and_resume),
         cmocka_unit_test(test_batch_bad_line),       cmocka_unit_test(test_tool_list_and_call),
-        cmocka_unit_test(test_eval_score),
+        cmocka_unit_test(test_eval_score),           cmocka_unit_test(test_malformed_reply_exit_3),
     };
     return cmocka_run_group_tests_name("cli", tests, setup, teardown);
 }

@@ -306,9 +306,10 @@ int run_ctx_open(struct run_ctx *rc, const struct run_config *cfg)
         fprintf(stderr, "agentflow run: --prompts: %s\n", err);
         return CLI_EINPUT;
     }
-    if (backends_open(cfg, &rc->be, err, sizeof err)) {
+    const int brc = backends_open(cfg, &rc->be, err, sizeof err);
+    if (brc) { /* a bad setting is usage; a model or script file that fails is bad input */
         fprintf(stderr, "agentflow run: %s\n", err);
-        return CLI_EUSAGE;
+        return brc == AF_EINVAL ? CLI_EUSAGE : CLI_EINPUT;
     }
     if (cfg->trace && af_trace_open(cfg->trace, &rc->trace, err, sizeof err)) {
         fprintf(stderr, "agentflow run: --trace: %s\n", err);

@@ -34,7 +34,10 @@ static void run_usage(FILE *f)
                "  --concurrency N    flows at once (default 4)\n"
                "\n"
                "Precedence: flags, then environment (OPENAI_API_KEY, AGENTFLOW_*), then --config,\n"
-               "then defaults. Exit codes: 0 ok, 2 usage, 3 back-end error, 4 bad input file.\n");
+               "then defaults. Exit codes: 0 ok, 2 usage (a bad flag or setting, an empty\n"
+               "query), 3 back-end error (a server that fails or answers what cannot be read),\n"
+               "4 bad input file (a file named on the command line, --config, a gguf: model\n"
+               "or a scripted: script, a --batch file, that is missing or malformed).\n");
 }
 
 enum {
@@ -165,6 +168,11 @@ int cmd_run(int argc, char **argv)
     }
     if (a.batch_in && (!a.batch_out || optind != argc)) {
         fprintf(stderr, "agentflow run: --batch needs --out OUT.jsonl and no QUERY argument\n");
+        code = CLI_EUSAGE;
+        goto out;
+    }
+    if (!a.batch_in && !argv[optind][strspn(argv[optind], " \t\r\n")]) {
+        fprintf(stderr, "agentflow run: the query is empty\n");
         code = CLI_EUSAGE;
         goto out;
     }

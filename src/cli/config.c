@@ -340,9 +340,13 @@ int config_apply_env(struct run_config *c, char *err, size_t errlen)
     return AF_OK;
 }
 
+/* Opens one slot's back-end. *code says why it failed: AF_EINVAL for a setting (no URL, an
+ * unknown scheme), AF_EPARSE for a file the URL names (gguf:, scripted:) that is missing or
+ * cannot be used. */
 static struct af_llm *open_one(const struct run_config *c, const struct slot_cfg *s,
-                               const char *slot, char *err, size_t errlen)
+                               const char *slot, int *code, char *err, size_t errlen)
 {
+    *code = AF_EINVAL;
     if (!s->url || !s->url[0]) {
         snprintf(err, errlen,
                  "no back-end URL for the %s slot: pass --url URL (or --%s-url), set "
@@ -350,9 +354,12 @@ static struct af_llm *open_one(const struct run_config *c, const struct slot_cfg
                  slot, slot);
         return NULL;
     }
-    if (!strncmp(s->url, "scripted:", 9))
+    if (!strncmp(s->url, "scripted:", 9)) {
+        *code = AF_EPARSE;
         return af_llm_scripted_new_file(s->url + 9, err, errlen);
+    }
     if (!strncmp(s->url, "gguf:", 5)) {
+        *code = AF_EPARSE;
         struct af_engine_params ep = af_engine_default_params();
         ep.n_threads = c->threads;
         ep.n_ctx = c->ctx;
@@ -403,10 +410,11 @@ int backends_open(const struct run_config *c, struct backends *b, char *err, siz
             b->llm[i] = b->llm[AF_SLOT_FIXED];
             continue;
         }
-        struct af_llm *llm = open_one(c, &c->slots[i], af_slot_name(i), err, errlen);
+        int code = AF_EINVAL;
+        struct af_llm *llm = open_one(c, &c->slots[i], af_slot_name(i), &code, err, errlen);
         if (!llm) {
             backends_close(b);
-            return AF_EINVAL;
+            return code;
         }
         b->owned[b->n_owned++] = llm;
         b->llm[i] = llm;

@@ -71,7 +71,7 @@ struct backends {
 };
 
 /* Creates the back-ends. Fails with AF_EINVAL (a slot without a URL, an unknown scheme) or
- * AF_ENOTFOUND / AF_EPARSE (a bad scripted file), message in err. */
+ * AF_EPARSE (a gguf: or scripted: file that is missing or unusable), message in err. */
 int backends_open(const struct run_config *c, struct backends *b, char *err, size_t errlen);
 void backends_close(struct backends *b);
 
