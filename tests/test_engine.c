@@ -398,15 +398,41 @@ static void *gen_thread(void *arg)
     return NULL;
 }
 
-static void test_concurrent_batching(void **state)
+/* The tiny model's engine in batch-invariant mode. */
+static struct af_engine_params invariant_params(void)
 {
-    (void)state;
-    char err[1024];
     struct af_engine_params ep = af_engine_default_params();
     ep.n_threads = 2;
     ep.n_ctx = 1024;
     ep.chat_template = "chatml";
     ep.batch_invariant = 1;
+    return ep;
+}
+
+/* Runs job j's request alone on a fresh engine and checks that the batched result has the same
+ * tokens, log-probs and text; frees the job's result and ids. */
+static void check_alone(const struct af_engine_params *ep, struct gen_job *j)
+{
+    char err[1024];
+    struct af_engine *alone = NULL;
+    assert_int_equal(af_engine_load(tiny_path, ep, &alone, err, sizeof err), 0);
+    struct af_engine_result r;
+    assert_int_equal(af_engine_generate(alone, j->ids, j->n, &j->gp, &r, err, sizeof err), 0);
+    assert_int_equal(r.n_ids, j->r.n_ids);
+    assert_memory_equal(r.ids, j->r.ids, r.n_ids * sizeof *r.ids);
+    assert_memory_equal(r.logprobs, j->r.logprobs, r.n_ids * sizeof *r.logprobs);
+    assert_string_equal(r.text, j->r.text);
+    af_engine_result_deinit(&r);
+    af_engine_result_deinit(&j->r);
+    af_engine_free(alone);
+    free(j->ids);
+}
+
+static void test_concurrent_batching(void **state)
+{
+    (void)state;
+    char err[1024];
+    struct af_engine_params ep = invariant_params();
     ep.prefill_chunk = 16; /* prompts in several chunks, between decode steps */
     struct af_engine *shared = NULL;
     assert_int_equal(af_engine_load(tiny_path, &ep, &shared, err, sizeof err), 0);
@@ -441,19 +467,7 @@ static void test_concurrent_batching(void **state)
     assert_true(widest > 1);
     for (int i = 0; i < N; i++) {
         assert_int_equal(jobs[i].rc, 0);
-        struct af_engine *alone = NULL;
-        assert_int_equal(af_engine_load(tiny_path, &ep, &alone, err, sizeof err), 0);
-        struct af_engine_result r;
-        assert_int_equal(
-            af_engine_generate(alone, jobs[i].ids, jobs[i].n, &jobs[i].gp, &r, err, sizeof err), 0);
-        assert_int_equal(r.n_ids, jobs[i].r.n_ids);
-        assert_memory_equal(r.ids, jobs[i].r.ids, r.n_ids * sizeof *r.ids);
-        assert_memory_equal(r.logprobs, jobs[i].r.logprobs, r.n_ids * sizeof *r.logprobs);
-        assert_string_equal(r.text, jobs[i].r.text);
-        af_engine_result_deinit(&r);
-        af_engine_result_deinit(&jobs[i].r);
-        af_engine_free(alone);
-        free(jobs[i].ids);
+        check_alone(&ep, &jobs[i]);
     }
     af_engine_free(shared);
 }
@@ -471,11 +485,7 @@ static void test_cancel_in_batch(void **state)
 {
     (void)state;
     char err[1024];
-    struct af_engine_params ep = af_engine_default_params();
-    ep.n_threads = 2;
-    ep.n_ctx = 1024;
-    ep.chat_template = "chatml";
-    ep.batch_invariant = 1;
+    struct af_engine_params ep = invariant_params();
     struct af_engine *e = NULL;
     assert_int_equal(af_engine_load(tiny_path, &ep, &e, err, sizeof err), 0);
     enum { N = 4 };
@@ -511,17 +521,7 @@ static void test_cancel_in_batch(void **state)
             continue;
         }
         assert_int_equal(jobs[i].r.n_ids, 40);
-        struct af_engine *alone = NULL;
-        assert_int_equal(af_engine_load(tiny_path, &ep, &alone, err, sizeof err), 0);
-        struct af_engine_result r;
-        assert_int_equal(
-            af_engine_generate(alone, jobs[i].ids, jobs[i].n, &jobs[i].gp, &r, err, sizeof err), 0);
-        assert_memory_equal(r.ids, jobs[i].r.ids, r.n_ids * sizeof *r.ids);
-        assert_memory_equal(r.logprobs, jobs[i].r.logprobs, r.n_ids * sizeof *r.logprobs);
-        af_engine_result_deinit(&r);
-        af_engine_result_deinit(&jobs[i].r);
-        af_engine_free(alone);
-        free(jobs[i].ids);
+        check_alone(&ep, &jobs[i]);
     }
     /* the engine is idle again: an exclusive call gets through */
     float *lg = malloc((size_t)af_engine_n_vocab(e) * sizeof *lg);
