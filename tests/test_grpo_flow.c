@@ -344,6 +344,17 @@ static char *slurp(const char *run, const char *file, size_t *len)
     return b;
 }
 
+/* The file `file` of runs a and b holds the same bytes. */
+static void assert_same_file(const char *a_run, const char *b_run, const char *file)
+{
+    size_t la, lb;
+    char *a = slurp(a_run, file, &la), *b = slurp(b_run, file, &lb);
+    assert_int_equal(la, lb);
+    assert_memory_equal(a, b, la);
+    free(a);
+    free(b);
+}
+
 /* The metrics that do not depend on timing, line by line. */
 static json_t *metrics_core(const char *run)
 {
@@ -387,24 +398,13 @@ static void test_resume(void **state)
     const char *second[] = {"--steps", "4", "--lr", "3e-3", "--save-every", "1", "--resume", NULL};
     if (grpo("halves", second, err, sizeof err) != 0)
         fail_msg("train grpo --resume: %s", err);
-    size_t la, lb;
-    char *a = slurp("straight", "adapter_model.safetensors", &la);
-    char *b = slurp("halves", "adapter_model.safetensors", &lb);
-    assert_int_equal(la, lb);
-    assert_memory_equal(a, b, la);
-    free(a);
-    free(b);
+    assert_same_file("straight", "halves", "adapter_model.safetensors");
     json_t *ma = metrics_core("straight"), *mb = metrics_core("halves");
     assert_int_equal(json_array_size(ma), 4);
     assert_true(json_equal(ma, mb));
     json_decref(ma);
     json_decref(mb);
-    a = slurp("straight", "rollouts.jsonl", &la);
-    b = slurp("halves", "rollouts.jsonl", &lb);
-    assert_int_equal(la, lb);
-    assert_memory_equal(a, b, la);
-    free(a);
-    free(b);
+    assert_same_file("straight", "halves", "rollouts.jsonl");
 }
 
 static void expect(const char *out, const char *const *extra, int code, const char *needle)
@@ -511,13 +511,7 @@ static void test_kill_resume(void **state)
     const char *resume[] = {"--steps", "4", "--lr", "3e-3", "--save-every", "1", "--resume", NULL};
     if (grpo("killed", resume, err, sizeof err) != 0)
         fail_msg("train grpo --resume after kill -9: %s", err);
-    size_t la, lb;
-    char *a = slurp("straight", "adapter_model.safetensors", &la);
-    char *b = slurp("killed", "adapter_model.safetensors", &lb);
-    assert_int_equal(la, lb);
-    assert_memory_equal(a, b, la);
-    free(a);
-    free(b);
+    assert_same_file("straight", "killed", "adapter_model.safetensors");
     json_t *ma = metrics_core("straight"), *mb = metrics_core("killed");
     assert_true(json_equal(ma, mb));
     json_decref(ma);
@@ -606,12 +600,7 @@ static void test_full_mode(void **state)
                           "--save-every", "1",       "--resume", NULL};
     if (grpo("full2", rest, err, sizeof err) != 0)
         fail_msg("train grpo --full --resume: %s", err);
-    size_t la, lb;
-    char *a = slurp("full", "model.gguf", &la), *b = slurp("full2", "model.gguf", &lb);
-    assert_int_equal(la, lb);
-    assert_memory_equal(a, b, la);
-    free(a);
-    free(b);
+    assert_same_file("full", "full2", "model.gguf");
 }
 
 /* ---- OpenMPI ---------------------------------------------------------------------------- */
