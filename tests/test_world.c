@@ -402,12 +402,91 @@ static void test_cli_errors(void **state)
     tmp_remove(&t);
 }
 
+static size_t count_in_file(const char *path, const char *needle)
+{
+    char *data = NULL, err[256];
+    if (af_file_read(path, 256u << 20, &data, NULL, err, sizeof err) != AF_OK)
+        fail_msg("%s", err);
+    size_t n = 0;
+    for (const char *p = data; (p = strstr(p, needle)); p++)
+        n++;
+    free(data);
+    return n;
+}
+
+/* 50 questions of each family through the real flow and tools, the expert in every slot:
+ * every clean trace reaches its gold answer, and every module's examples are written. */
+static void test_expert_traces(void **state)
+{
+    (void)state;
+    struct tmpdir t = {""};
+    tmp_make(&t);
+    char w[128], out[160], noisy[160], path[256];
+    snprintf(w, sizeof w, "%s/w", t.path);
+    snprintf(out, sizeof out, "%s/traces.jsonl", t.path);
+    snprintf(noisy, sizeof noisy, "%s/noisy.jsonl", t.path);
+    const char *mk[] = {proc_agentflow_bin(), "world", "build", "--out", w, NULL};
+    const char *clean[] = {
+        proc_agentflow_bin(), "world", "traces", "--world", w, "--out", out, "--limit", "50", NULL};
+    const char *bad[] = {proc_agentflow_bin(),
+                         "world",
+                         "traces",
+                         "--world",
+                         w,
+                         "--out",
+                         noisy,
+                         "--limit",
+                         "50",
+                         "--noise",
+                         "1",
+                         "--bench",
+                         "world-multihop",
+                         NULL};
+    struct proc_result r;
+    assert_int_equal(proc_run(mk, NULL, 120, &r), 0);
+    assert_int_equal(r.exit_code, 0);
+    proc_result_deinit(&r);
+    assert_int_equal(proc_run(clean, NULL, 600, &r), 0);
+    if (r.exit_code != 0)
+        fail_msg("world traces: exit %d: %s", r.exit_code, r.err);
+    assert_non_null(strstr(r.err, "200 traces (train split), 200 reached the gold answer"));
+    proc_result_deinit(&r);
+    static const char *const mods[] = {"query_analysis", "planner", "executor", "verifier",
+                                       "direct_output"};
+    for (size_t m = 0; m < 5; m++) {
+        snprintf(path, sizeof path, "%s/traces.%s.jsonl", t.path, mods[m]);
+        size_t n = proc_count_lines(path);
+        /* One analysis and one answer per trace; at least one step each otherwise. */
+        if (m == 0 || m == 4)
+            assert_int_equal(n, 200);
+        else
+            assert_true(n >= 200);
+    }
+    snprintf(path, sizeof path, "%s/traces.planner.jsonl", t.path);
+    assert_int_equal(count_in_file(path, "\"role\":\"assistant\",\"content\":\"Justification: "),
+                     proc_count_lines(path));
+    snprintf(path, sizeof path, "%s/traces.executor.jsonl", t.path);
+    assert_int_equal(count_in_file(path, "\"role\":\"assistant\",\"content\":\"Analysis: "),
+                     proc_count_lines(path));
+
+    /* Every trace imperfect: some miss the answer (early STOPs), some use the wrong tool. */
+    assert_int_equal(proc_run(bad, NULL, 600, &r), 0);
+    assert_int_equal(r.exit_code, 0);
+    assert_non_null(strstr(r.err, "50 traces (train split)"));
+    assert_null(strstr(r.err, "50 reached the gold answer"));
+    proc_result_deinit(&r);
+    snprintf(path, sizeof path, "%s/noisy.planner.jsonl", t.path);
+    assert_true(count_in_file(path, "Tool Name: Generalist_Solution_Generator_Tool") > 0);
+    tmp_remove(&t);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_same_seed_same_bytes),  cmocka_unit_test(test_golden_slice),
         cmocka_unit_test(test_gold_answers_score),    cmocka_unit_test(test_splits_disjoint),
         cmocka_unit_test(test_facts_found_by_search), cmocka_unit_test(test_cli_errors),
+        cmocka_unit_test(test_expert_traces),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -41,6 +41,16 @@ struct af_world_stats {
 AF_NODISCARD int af_world_build(const char *dir, const struct af_world_params *p,
                                 struct af_world_stats *st, char *err, size_t errlen);
 
+/* The scripted expert: an LLM back-end that answers every flow module for the questions of
+ * the world built in `dir` (it reads dir/benchmarks/NAME/{train,val,test}.jsonl), following
+ * each question's solution. `noise` in [0, 1] is the share of solves made imperfect (a wrong
+ * tool, a redundant step, an early STOP or a repeated sub-goal), drawn per query from `seed`.
+ * Returns NULL with a message naming the file on error; owned by the caller (af_llm_free).
+ * Safe from any thread. */
+struct af_llm;
+struct af_llm *af_world_expert_new(const char *dir, double noise, uint64_t seed, char *err,
+                                   size_t errlen);
+
 /* The world's benchmark names, NULL-terminated. Static; do not free. */
 const char *const *af_world_benchmarks(void);
 

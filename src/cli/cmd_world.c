@@ -16,6 +16,7 @@ static void world_usage(FILE *f)
     fprintf(f,
             "usage: agentflow world build --out DIR [--seed S] [--max-train N] [--max-val N]\n"
             "                             [--max-test N] [--no-index]\n"
+            "       agentflow world traces --world DIR --out FILE ... (world traces --help)\n"
             "\n"
             "Generates a practice world: an encyclopedia of about 2,160 fictional people,\n"
             "places, organisations and works, and four question families over it, each with\n"
@@ -127,6 +128,8 @@ int cmd_world(int argc, char **argv)
 {
     if (argc >= 2 && strcmp(argv[1], "build") == 0)
         return world_build(argc - 1, argv + 1);
+    if (argc >= 2 && strcmp(argv[1], "traces") == 0)
+        return cmd_world_traces(argc - 1, argv + 1);
     if (argc >= 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
         world_usage(stdout);
         return CLI_OK;
