@@ -43,7 +43,7 @@ LDLIBS_ALL := $(PKG_LIBS) -lm -pthread -fopenmp $(LDLIBS)
 B := build/$(MODE)
 LIB_SRC := $(filter-out src/cli/%,$(wildcard src/*/*.c))
 CLI_SRC := $(wildcard src/cli/*.c)
-PROMPTS := $(sort $(wildcard prompts/*.txt))
+PROMPTS := $(sort $(wildcard prompts/*.txt prompts/*/*.txt))
 GEN_PROMPTS := $(B)/gen/prompts_data.c
 LIB_OBJ := $(LIB_SRC:%.c=$(B)/%.o) $(B)/gen/prompts_data.o
 CLI_OBJ := $(CLI_SRC:%.c=$(B)/%.o)

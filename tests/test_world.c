@@ -480,13 +480,63 @@ static void test_expert_traces(void **state)
     tmp_remove(&t);
 }
 
+/* The compact prompt set: the same solves reach their answers, with short prompts (no JSON
+ * cards) that start with the parts every module shares. */
+static void test_compact_prompts(void **state)
+{
+    (void)state;
+    struct tmpdir t = {""};
+    tmp_make(&t);
+    char w[128], out[160], path[256];
+    snprintf(w, sizeof w, "%s/w", t.path);
+    snprintf(out, sizeof out, "%s/c.jsonl", t.path);
+    const char *mk[] = {proc_agentflow_bin(), "world", "build", "--out", w,
+                        "--max-train",        "40",    NULL};
+    const char *run[] = {
+        proc_agentflow_bin(), "world",   "traces", "--world", w, "--out", out, "--limit", "10",
+        "--prompts",          "compact", NULL};
+    struct proc_result r;
+    assert_int_equal(proc_run(mk, NULL, 120, &r), 0);
+    assert_int_equal(r.exit_code, 0);
+    proc_result_deinit(&r);
+    assert_int_equal(proc_run(run, NULL, 600, &r), 0);
+    if (r.exit_code != 0)
+        fail_msg("world traces --prompts compact: exit %d: %s", r.exit_code, r.err);
+    assert_non_null(strstr(r.err, "40 traces (train split), 40 reached the gold answer"));
+    proc_result_deinit(&r);
+    snprintf(path, sizeof path, "%s/c.planner.jsonl", t.path);
+    json_t *lines = load_lines(t.path, "c.planner.jsonl");
+    size_t i;
+    json_t *ex;
+    json_array_foreach(lines, i, ex)
+    {
+        const char *user = json_string_value(
+            json_object_get(json_array_get(json_object_get(ex, "messages"), 1), "content"));
+        assert_non_null(user);
+        assert_int_equal(strncmp(user, "Query: ", 7), 0);
+        assert_non_null(strstr(user, "\nTools:\n- "));
+        assert_null(strstr(user, "tool_description")); /* no JSON cards */
+        const char *steps = strstr(user, "Steps so far:\n");
+        assert_non_null(steps);
+        /* Everything but the memory stays short. */
+        const char *tail = strstr(steps, "\n\nPick the next step");
+        assert_non_null(tail);
+        size_t fixed = (size_t)(steps - user) + strlen(tail);
+        if (fixed > 1800)
+            fail_msg("compact planner prompt has %zu characters besides its memory", fixed);
+    }
+    assert_true(json_array_size(lines) >= 40);
+    json_decref(lines);
+    tmp_remove(&t);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_same_seed_same_bytes),  cmocka_unit_test(test_golden_slice),
         cmocka_unit_test(test_gold_answers_score),    cmocka_unit_test(test_splits_disjoint),
         cmocka_unit_test(test_facts_found_by_search), cmocka_unit_test(test_cli_errors),
-        cmocka_unit_test(test_expert_traces),
+        cmocka_unit_test(test_expert_traces),         cmocka_unit_test(test_compact_prompts),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -286,14 +286,22 @@ static struct solve *find_solve(struct expert *e, const char *query, int create)
     return s;
 }
 
-/* The printed output of the last Python run in the prompt's memory, trimmed; malloc'd. */
+/* The printed output of the last Python run in the prompt's memory (the JSON rendering or the
+ * compact one), trimmed; malloc'd, or NULL. */
 static char *last_printed(const struct af_llm_request *req)
 {
     const char *c = req->n_msgs > 1 ? req->msgs[1].content : NULL, *hit = NULL;
     for (const char *p = c; p && (p = strstr(p, "\"printed_output\": \"")); p++)
         hit = p;
-    if (!hit)
-        return NULL;
+    if (!hit) {
+        /* The compact memory: "Result: <printed text>" on the last step's line. */
+        for (const char *p = c; p && (p = strstr(p, "\nResult: ")); p++)
+            hit = p;
+        if (!hit)
+            return NULL;
+        hit += 9;
+        return af_xstrndup(hit, strcspn(hit, "\n"));
+    }
     hit = strchr(hit, ':') + 1;
     while (*hit == ' ')
         hit++;
