@@ -33,11 +33,17 @@ static void collect(const json_t *j, struct texts *t)
     } else if (json_is_array(j)) {
         size_t i;
         const json_t *x;
-        json_array_foreach(j, i, x) collect(x, t);
+        json_array_foreach(j, i, x)
+        {
+            collect(x, t);
+        }
     } else if (json_is_object(j)) {
         const char *k;
         const json_t *x;
-        json_object_foreach((json_t *)(uintptr_t)j, k, x) collect(x, t);
+        json_object_foreach((json_t *)(uintptr_t)j, k, x)
+        {
+            collect(x, t);
+        }
     }
 }
 
