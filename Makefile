@@ -58,7 +58,7 @@ LIBA := $(B)/libagentflow.a
 CLI := $(B)/agentflow
 
 .SECONDARY: $(TEST_SUPPORT_OBJ)
-.PHONY: all test asan lint format bench fuzz clean
+.PHONY: all test asan lint format bench fuzz clean model
 all: $(CLI) $(LIBA) build/agentflow build/libagentflow.a
 
 # Stable paths for users and scripts, whatever the MODE.
@@ -112,6 +112,10 @@ asan:
 bench: $(BENCH_BIN) $(CLI)
 
 FORMAT_SRC := $(shell git ls-files '*.c' '*.h' 2>/dev/null)
+# The embedded model from nothing (scripts/make-model.sh; hours on 2 cores, docs/WORLD.md).
+model: all
+	./scripts/make-model.sh
+
 lint:
 	@echo "clang-format check"; clang-format --dry-run --Werror $(FORMAT_SRC)
 	@echo "cppcheck"; cppcheck --quiet --error-exitcode=1 --enable=warning,performance,portability \
