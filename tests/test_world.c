@@ -530,13 +530,33 @@ static void test_compact_prompts(void **state)
     tmp_remove(&t);
 }
 
+/* expert: URLs: a missing world is a bad input file (4), a bad setting a usage error (2). */
+static void test_expert_url_errors(void **state)
+{
+    (void)state;
+    const char *missing[] = {proc_agentflow_bin(), "run", "--url", "expert:/nonexistent/w",
+                             "What is 2 + 2?",     NULL};
+    const char *bad_noise[] = {proc_agentflow_bin(), "run", "--url", "expert:/tmp?noise=7",
+                               "What is 2 + 2?",     NULL};
+    struct proc_result r;
+    assert_int_equal(proc_run(missing, NULL, 60, &r), 0);
+    assert_int_equal(r.exit_code, 4);
+    assert_non_null(strstr(r.err, "/nonexistent/w"));
+    proc_result_deinit(&r);
+    assert_int_equal(proc_run(bad_noise, NULL, 60, &r), 0);
+    assert_int_equal(r.exit_code, 2);
+    assert_non_null(strstr(r.err, "noise"));
+    proc_result_deinit(&r);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_same_seed_same_bytes),  cmocka_unit_test(test_golden_slice),
         cmocka_unit_test(test_gold_answers_score),    cmocka_unit_test(test_splits_disjoint),
         cmocka_unit_test(test_facts_found_by_search), cmocka_unit_test(test_cli_errors),
-        cmocka_unit_test(test_expert_traces),         cmocka_unit_test(test_compact_prompts),
+        cmocka_unit_test(test_expert_traces),         cmocka_unit_test(test_expert_url_errors),
+        cmocka_unit_test(test_compact_prompts),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

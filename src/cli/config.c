@@ -342,7 +342,8 @@ int config_apply_env(struct run_config *c, char *err, size_t errlen)
 }
 
 /* expert:DIR[?noise=P][&seed=S]: the practice world's scripted expert (world.h). */
-static struct af_llm *open_expert(const char *spec, const char *slot, char *err, size_t errlen)
+static struct af_llm *open_expert(const char *spec, const char *slot, int *code, char *err,
+                                  size_t errlen)
 {
     char dir[4096];
     size_t n = strcspn(spec, "?");
@@ -361,6 +362,7 @@ static struct af_llm *open_expert(const char *spec, const char *slot, char *err,
                      "%s slot: expert:%s: expected expert:DIR[?noise=P][&seed=S] with P in "
                      "[0, 1]",
                      slot, spec);
+            *code = AF_EINVAL;
             return NULL;
         }
         p = *end ? end + 1 : end;
@@ -406,7 +408,7 @@ static struct af_llm *open_one(const struct run_config *c, const struct slot_cfg
     }
     if (!strncmp(s->url, "expert:", 7)) {
         *code = AF_EPARSE;
-        return open_expert(s->url + 7, slot, err, errlen);
+        return open_expert(s->url + 7, slot, code, err, errlen);
     }
     if (strncmp(s->url, "http://", 7) && strncmp(s->url, "https://", 8)) {
         snprintf(err, errlen,
