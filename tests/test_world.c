@@ -549,14 +549,74 @@ static void test_expert_url_errors(void **state)
     proc_result_deinit(&r);
 }
 
+/* No --url: the embedded model answers in every slot, with the world's index built on first
+ * use. A random-weight stand-in is enough to check the wiring (its answer is noise). */
+static void test_run_without_url(void **state)
+{
+    (void)state;
+    struct tmpdir t = {""};
+    tmp_make(&t);
+    char model[128], world[128], db[160], env_model[200], env_world[200];
+    snprintf(model, sizeof model, "%s/m.gguf", t.path);
+    snprintf(world, sizeof world, "%s/world", t.path);
+    snprintf(db, sizeof db, "%s/wiki.db", world);
+    snprintf(env_model, sizeof env_model, "AGENTFLOW_EMBEDDED_MODEL=%s", model);
+    snprintf(env_world, sizeof env_world, "AGENTFLOW_WORLD_DIR=%s", world);
+    const char *mk[] = {proc_agentflow_bin(),
+                        "model",
+                        "make-random",
+                        "--arch",
+                        "qwen2",
+                        "--shape",
+                        "tiny",
+                        "--type",
+                        "F32",
+                        "--seed",
+                        "3",
+                        model,
+                        NULL};
+    /* Short replies: a random model would otherwise write 2,048 tokens per module. */
+    char cfg[160], err[256];
+    snprintf(cfg, sizeof cfg, "%s/cfg.json", t.path);
+    assert_int_equal(af_file_write_atomic(cfg, "{\"max_tokens\": 48}", 19, err, sizeof err), AF_OK);
+    const char *run[] = {
+        proc_agentflow_bin(),        "run", "--config", cfg, "--max-steps", "1", "--json",
+        "When was Droa Wysen born?", NULL};
+    const char *env[] = {env_model, env_world, NULL};
+    struct proc_result r;
+    assert_int_equal(proc_run(mk, NULL, 120, &r), 0);
+    assert_int_equal(r.exit_code, 0);
+    proc_result_deinit(&r);
+    assert_int_equal(proc_run(run, env, 600, &r), 0);
+    if (r.exit_code != 0)
+        fail_msg("run without --url: exit %d: %s", r.exit_code, r.err);
+    assert_non_null(strstr(r.err, "first use"));
+    assert_non_null(strstr(r.err, "the embedded model"));
+    assert_non_null(strstr(r.out, "\"answer\""));
+    assert_int_equal(access(db, R_OK), 0);
+    proc_result_deinit(&r);
+    /* Second use: the index is there, so nothing is built. */
+    assert_int_equal(proc_run(run, env, 600, &r), 0);
+    assert_int_equal(r.exit_code, 0);
+    assert_null(strstr(r.err, "first use"));
+    proc_result_deinit(&r);
+    /* A missing embedded model leaves the old rule: no URL is a usage error that says how. */
+    const char *gone[] = {"AGENTFLOW_EMBEDDED_MODEL=/nonexistent/m.gguf", NULL};
+    assert_int_equal(proc_run(run, gone, 60, &r), 0);
+    assert_int_equal(r.exit_code, 2);
+    assert_non_null(strstr(r.err, "make model"));
+    proc_result_deinit(&r);
+    tmp_remove(&t);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_same_seed_same_bytes),  cmocka_unit_test(test_golden_slice),
         cmocka_unit_test(test_gold_answers_score),    cmocka_unit_test(test_splits_disjoint),
         cmocka_unit_test(test_facts_found_by_search), cmocka_unit_test(test_cli_errors),
-        cmocka_unit_test(test_expert_traces),         cmocka_unit_test(test_expert_url_errors),
-        cmocka_unit_test(test_compact_prompts),
+        cmocka_unit_test(test_expert_traces),         cmocka_unit_test(test_run_without_url),
+        cmocka_unit_test(test_expert_url_errors),     cmocka_unit_test(test_compact_prompts),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

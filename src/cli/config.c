@@ -384,7 +384,8 @@ static struct af_llm *open_one(const struct run_config *c, const struct slot_cfg
     if (!s->url || !s->url[0]) {
         snprintf(err, errlen,
                  "no back-end URL for the %s slot: pass --url URL (or --%s-url), set "
-                 "AGENTFLOW_URL, or put \"url\" in the --config file",
+                 "AGENTFLOW_URL, put \"url\" in the --config file, or build the embedded "
+                 "model (make model)",
                  slot, slot);
         return NULL;
     }
