@@ -12,6 +12,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# OpenMP threads that sleep instead of spinning at each barrier: the small model's many short
+# parallel regions otherwise spend most of their time waiting (3x slower training measured
+# under load; docs/PERFORMANCE.md).
+export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
 AF=./build/agentflow
 B=build/model
 THREADS=${THREADS:-2}
