@@ -30,6 +30,11 @@ struct af_engine_params {
     int batch_invariant;       /* the same bits for a token whatever it was evaluated with (the
                                   prefix cache's reuse, batch size): what a trainer needs to
                                   reproduce its rollouts; decode runs a little slower */
+    int draft_max;             /* prompt-lookup decoding: up to this many tokens guessed per
+                                  step from an earlier occurrence of the last 3 (else 2) tokens
+                                  in the prompt or output, checked in the same step; the text
+                                  is what it would be without (same sampling draws); 0 = off
+                                  (default), at most 32 */
 };
 struct af_engine_params af_engine_default_params(void);
 

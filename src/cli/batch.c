@@ -42,6 +42,7 @@ enum {
     OPT_CTX,
     OPT_PREFILL_CHUNK,
     OPT_MAX_BATCH,
+    OPT_DRAFT,
     OPT_CHAT_TEMPLATE,
     OPT_LAST_SHARED
 };
@@ -83,6 +84,7 @@ static const struct option common_opts[] = {
     {"threads", required_argument, 0, OPT_THREADS},
     {"ctx", required_argument, 0, OPT_CTX},
     {"prefill-chunk", required_argument, 0, OPT_PREFILL_CHUNK},
+    {"draft", required_argument, 0, OPT_DRAFT},
     {"max-batch", required_argument, 0, OPT_MAX_BATCH},
     {"chat-template", required_argument, 0, OPT_CHAT_TEMPLATE},
 };
@@ -197,6 +199,11 @@ int run_args_handle(struct run_args *a, const char *cmd, int o, const char *arg)
         json_object_set_new(a->flags, o == OPT_MAX_BATCH ? "max_batch" : "prefill_chunk",
                             json_integer((json_int_t)d));
         return 1;
+    case OPT_DRAFT:
+        if (run_parse_number(cmd, "draft", arg, 0, 32, &d))
+            return -1;
+        json_object_set_new(a->flags, "draft", json_integer((json_int_t)d));
+        return 1;
     case OPT_MCP:
         mcp_flag(a->flags, arg);
         return 1;
@@ -226,6 +233,8 @@ void run_common_usage(FILE *f)
                "  --threads N, --ctx N, --chat-template chatml|llama3   the gguf: engine\n"
                "  --prefill-chunk N  prompt tokens per step between the batched decodes (256)\n"
                "  --max-batch N      generations decoded together (64)\n"
+               "  --draft N          prompt-lookup decoding: guess up to N tokens per step from\n"
+               "                     the prompt and check them in the same step (0 = off)\n"
                "\n"
                "flow:\n"
                "  --max-steps N      turns (default 10)\n"

@@ -185,6 +185,10 @@ static int apply_top_key(struct run_config *c, const char *k, json_t *v, const c
                        !strcmp(k, "max_batch") ? "an integer from 0 (default) to 256"
                                                : "a non-negative integer (0 = default)");
         *(!strcmp(k, "max_batch") ? &c->max_batch : &c->prefill_chunk) = (int)json_integer_value(v);
+    } else if (!strcmp(k, "draft")) {
+        if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > 32)
+            return bad(err, errlen, origin, k, "an integer from 0 (off) to 32");
+        c->draft = (int)json_integer_value(v);
     } else if (!strcmp(k, "threads") || !strcmp(k, "ctx")) {
         json_int_t lim = !strcmp(k, "threads") ? 1024 : (1 << 24);
         if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > lim)
@@ -400,6 +404,7 @@ static struct af_llm *open_one(const struct run_config *c, const struct slot_cfg
         ep.n_ctx = c->ctx;
         ep.chat_template = c->chat_template;
         ep.prefill_chunk = c->prefill_chunk;
+        ep.draft_max = c->draft;
         ep.max_batch = c->max_batch;
         char msg[1024];
         struct af_llm *llm = af_llm_gguf_new(s->url + 5, &ep, msg, sizeof msg);
@@ -516,6 +521,7 @@ json_t *config_to_json(const struct run_config *c)
     json_object_set_new(j, "threads", json_integer(c->threads));
     json_object_set_new(j, "ctx", json_integer((json_int_t)c->ctx));
     json_object_set_new(j, "prefill_chunk", json_integer(c->prefill_chunk));
+    json_object_set_new(j, "draft", json_integer(c->draft));
     json_object_set_new(j, "max_batch", json_integer(c->max_batch));
     json_object_set_new(j, "chat_template",
                         c->chat_template ? json_string(c->chat_template) : json_null());

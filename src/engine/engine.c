@@ -95,6 +95,7 @@ int af_engine_load(const char *path, const struct af_engine_params *p, struct af
     fwd_ctx_set_lora(e->fc, e->lora);
     fwd_ctx_set_invariant(e->fc, p->batch_invariant);
     e->invariant = p->batch_invariant != 0;
+    e->draft_max = p->draft_max < 0 ? 0 : p->draft_max > 32 ? 32 : p->draft_max;
     e->pc_seqs = p->prefix_cache_seqs;
     e->pc_bytes = p->prefix_cache_bytes;
     e->pc = prefix_cache_new(m, e->pc_seqs, e->pc_bytes);
@@ -317,12 +318,13 @@ char *af_engine_info_json(struct af_engine *e)
     json_object_set_new(j, "chat_template", json_string(chat_template_name(e->tmpl)));
     json_object_set_new(j, "lora", lora_json(e));
     pthread_mutex_lock(&e->mu);
-    json_object_set_new(j, "batching",
-                        json_pack("{s:i,s:i,s:I,s:I,s:I,s:b}", "max_batch", e->max_batch,
-                                  "prefill_chunk", e->prefill_chunk, "decode_steps",
-                                  (json_int_t)e->n_steps, "decode_rows", (json_int_t)e->n_rows,
-                                  "widest_step", (json_int_t)e->max_rows, "batch_invariant",
-                                  e->invariant));
+    json_object_set_new(
+        j, "batching",
+        json_pack("{s:i,s:i,s:I,s:I,s:I,s:b,s:i,s:I,s:I}", "max_batch", e->max_batch,
+                  "prefill_chunk", e->prefill_chunk, "decode_steps", (json_int_t)e->n_steps,
+                  "decode_rows", (json_int_t)e->n_rows, "widest_step", (json_int_t)e->max_rows,
+                  "batch_invariant", e->invariant, "draft_max", e->draft_max, "drafted",
+                  (json_int_t)e->n_drafted, "draft_kept", (json_int_t)e->n_draft_kept));
     pthread_mutex_unlock(&e->mu);
     char *s = json_dumps(j, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
     json_decref(j);

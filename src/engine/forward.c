@@ -506,9 +506,20 @@ int fwd_eval_rows(struct fwd_ctx *c, struct kv_seq *const *seqs, const int32_t *
         return AF_EINVAL;
     }
     for (int64_t j = 0; j < n; j++) {
-        if (seqs[j]->n + 1 > c->max_ctx) {
+        /* A sequence may fill several rows, next to each other: its tokens at successive
+         * positions (a verified draft). Each row attends to the keys up to its own. */
+        int64_t before = 0;
+        for (int64_t i = 0; i < j; i++)
+            if (seqs[i] == seqs[j])
+                before++;
+        if (before > 0 && seqs[j - 1] != seqs[j]) {
+            af_errf(err, errlen, "sequence %lld appears twice in one step, not in adjacent rows",
+                    (long long)j);
+            return AF_EINVAL;
+        }
+        if (seqs[j]->n + before + 1 > c->max_ctx) {
             af_errf(err, errlen, "sequence %lld would be %lld tokens, over the context size %lld",
-                    (long long)j, (long long)(seqs[j]->n + 1), (long long)c->max_ctx);
+                    (long long)j, (long long)(seqs[j]->n + before + 1), (long long)c->max_ctx);
             return AF_EINVAL;
         }
         if (tokens[j] < 0 || tokens[j] >= hp->n_vocab) {
@@ -516,24 +527,19 @@ int fwd_eval_rows(struct fwd_ctx *c, struct kv_seq *const *seqs, const int32_t *
                     (long long)j, tokens[j], (long long)hp->n_vocab);
             return AF_EINVAL;
         }
-        for (int64_t i = 0; i < j; i++)
-            if (seqs[i] == seqs[j]) {
-                af_errf(err, errlen, "sequence %lld appears twice in one step", (long long)j);
-                return AF_EINVAL;
-            }
+        c->row_pos[j] = seqs[j]->n + before;
     }
     for (int64_t j = 0; j < n; j++) {
-        kv_seq_reserve(seqs[j], seqs[j]->n + 1);
+        kv_seq_reserve(seqs[j], c->row_pos[j] + 1);
         c->row_seq[j] = seqs[j];
-        c->row_pos[j] = seqs[j]->n;
     }
     embed(c, tokens, n);
     rope_tables(c, n);
     for (int64_t il = 0; il < hp->n_layer; il++)
         layer(c, il, n);
     for (int64_t j = 0; j < n; j++) {
-        seqs[j]->tokens[seqs[j]->n] = tokens[j];
-        seqs[j]->n++;
+        seqs[j]->tokens[c->row_pos[j]] = tokens[j];
+        seqs[j]->n = c->row_pos[j] + 1;
     }
     head(c, 0, n, logits);
     return AF_OK;

@@ -66,11 +66,14 @@ enum fwd_logits { FWD_LOGITS_NONE, FWD_LOGITS_LAST, FWD_LOGITS_ALL };
 AF_NODISCARD int fwd_eval(struct fwd_ctx *c, struct kv_seq *s, const int32_t *tokens, int64_t n,
                           enum fwd_logits want, float *logits, char *err, size_t errlen);
 
-/* One decode step of n distinct sequences at once: token j is appended to seqs[j], and the
- * products of every layer run as one matmul of n rows (attention per sequence). logits gets
- * n rows of n_vocab floats. With invariant mode on, each row has the bits it would have alone.
- * AF_EINVAL names the row at fault (a full context, a bad id, a sequence given twice, more
- * than 256 rows); no sequence changes then. */
+/* One decode step of n rows at once: token j is appended to seqs[j], and the products of
+ * every layer run as one matmul of n rows (attention per row). A sequence may fill several
+ * adjacent rows: its tokens at successive positions, each row attending up to its own (how a
+ * draft is verified). logits gets n rows of n_vocab floats. With invariant mode on, each row
+ * has the bits it would have alone. AF_EINVAL names the row at fault (a full context, a bad
+ * id, a sequence in rows that are not adjacent, more than FWD_MAX_ROWS rows); no sequence
+ * changes then. */
+#define FWD_MAX_ROWS 256
 AF_NODISCARD int fwd_eval_rows(struct fwd_ctx *c, struct kv_seq *const *seqs, const int32_t *tokens,
                                int64_t n, float *logits, char *err, size_t errlen);
 

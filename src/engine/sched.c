@@ -204,25 +204,89 @@ static void prefill_chunk(struct af_engine *e, struct gen_req *g)
     sample_next(e, g, e->logits);
 }
 
-/* One token of every request in rows[0..n). */
-static void decode_step(struct af_engine *e, struct gen_req **rows, int64_t n)
+/* ---- prompt-lookup drafts ------------------------------------------------------------ */
+
+/* Token i of g's context: its prompt, then what it generated. */
+static int32_t ctx_tok(const struct gen_req *g, int64_t i)
+{
+    return i < g->n_prompt ? g->prompt[i] : g->r->ids[i - g->n_prompt];
+}
+
+/* Guesses up to max tokens that follow g's context: after the latest earlier place where its
+ * last 3 (else 2) tokens occurred, the tokens that came next there. Agents copy names and
+ * numbers from their prompts, so such guesses are often right. Returns the count. */
+static int64_t draft_for(const struct gen_req *g, int32_t *out, int64_t max)
+{
+    const int64_t n = g->n_prompt + (int64_t)g->r->n_ids;
+    for (int64_t m = 3; m >= 2; m--) {
+        if (n < m + 1)
+            continue;
+        for (int64_t start = n - m - 1; start >= 0; start--) {
+            int64_t k = 0;
+            while (k < m && ctx_tok(g, start + k) == ctx_tok(g, n - m + k))
+                k++;
+            if (k < m)
+                continue;
+            int64_t got = 0;
+            for (int64_t i = start + m; i < n && got < max; i++)
+                out[got++] = ctx_tok(g, i);
+            return got;
+        }
+    }
+    return 0;
+}
+
+/* One token of every request in reqs[0..n), and with drafts on, up to draft_max more each:
+ * the guessed tokens ride in the same step as extra rows of their sequence, and each is kept
+ * while the token sampled before it equals it. Sampling is the same as without drafts (one
+ * draw per kept token, in order), so a greedy or seeded request writes the same text. */
+static void decode_step(struct af_engine *e, struct gen_req **reqs, int64_t n)
 {
     const int64_t V = e->m->hp.n_vocab;
     if (!e->step_logits)
-        e->step_logits = af_xmalloc((size_t)e->max_batch * (size_t)V * sizeof(float));
-    struct kv_seq *seqs[256];
-    int32_t toks[256];
+        e->step_logits = af_xmalloc((size_t)FWD_MAX_ROWS * (size_t)V * sizeof(float));
+    struct kv_seq *seqs[FWD_MAX_ROWS];
+    int32_t toks[FWD_MAX_ROWS];
+    int64_t first[FWD_MAX_ROWS + 1], rows = 0;
     for (int64_t j = 0; j < n; j++) {
-        seqs[j] = rows[j]->seq;
-        toks[j] = rows[j]->pending;
+        first[j] = rows;
+        seqs[rows] = reqs[j]->seq;
+        toks[rows++] = reqs[j]->pending;
+        /* Drafts only while every request still has its own row. */
+        int64_t room = FWD_MAX_ROWS - rows - (n - j - 1);
+        int64_t max = e->draft_max < room ? e->draft_max : room;
+        int64_t left = fwd_ctx_max_ctx(e->fc) - reqs[j]->seq->n - 1;
+        max = max < left ? max : left;
+        if (max > 0 && reqs[j]->r->n_ids > 0) {
+            int64_t d = draft_for(reqs[j], toks + rows, max);
+            for (int64_t k = 0; k < d; k++)
+                seqs[rows + k] = reqs[j]->seq;
+            rows += d;
+        }
     }
+    first[n] = rows;
     char err[512] = "";
-    int rc = fwd_eval_rows(e->fc, seqs, toks, n, e->step_logits, err, sizeof err);
+    int rc = fwd_eval_rows(e->fc, seqs, toks, rows, e->step_logits, err, sizeof err);
     for (int64_t j = 0; j < n; j++) {
-        if (rc)
-            fail_req(rows[j], rc, err);
-        else
-            sample_next(e, rows[j], e->step_logits + (size_t)j * (size_t)V);
+        struct gen_req *g = reqs[j];
+        if (rc) {
+            fail_req(g, rc, err);
+            continue;
+        }
+        const int64_t n_draft = first[j + 1] - first[j] - 1;
+        const int64_t base = g->seq->n - n_draft - 1; /* the position of the pending token */
+        int64_t r = 0;
+        for (;; r++) {
+            /* The sequence holds the rows whose input is known to be right, as it would
+             * without drafts (take_token checks its length); the KV of the rest stays in
+             * place until it is kept or overwritten. */
+            g->seq->n = base + r + 1;
+            sample_next(e, g, e->step_logits + (size_t)(first[j] + r) * (size_t)V);
+            if (g->st == RQ_DONE || r == n_draft || g->pending != toks[first[j] + r + 1])
+                break;
+        }
+        e->n_drafted += n_draft;
+        e->n_draft_kept += r;
     }
 }
 

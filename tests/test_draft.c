@@ -1,0 +1,170 @@
+/*
+ * test_draft.c - prompt-lookup drafts in the engine (af_engine_params.draft_max): with the
+ * batch-invariant engine, a generation with drafts writes the same ids, text and log-probs as
+ * one without, greedy and sampled, alone and beside other generations; drafts are tried and
+ * some are kept on a prompt that repeats itself.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#include "agentflow/engine.h"
+
+static char g_dir[64], g_model[128];
+
+static int setup(void **state)
+{
+    (void)state;
+    snprintf(g_dir, sizeof g_dir, "/tmp/af_test_draft_XXXXXX");
+    if (!mkdtemp(g_dir))
+        return -1;
+    snprintf(g_model, sizeof g_model, "%s/tiny.gguf", g_dir);
+    struct af_engine_random_params rp = {"qwen2", "tiny", "F32", 11, NULL};
+    char err[512];
+    return af_engine_make_random(&rp, g_model, err, sizeof err) == AF_OK ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    unlink(g_model);
+    rmdir(g_dir);
+    return 0;
+}
+
+static struct af_engine *load(int draft)
+{
+    struct af_engine_params p = af_engine_default_params();
+    p.n_threads = 2;
+    p.n_ctx = 1024;
+    p.batch_invariant = 1;
+    p.draft_max = draft;
+    struct af_engine *e = NULL;
+    char err[512];
+    if (af_engine_load(g_model, &p, &e, err, sizeof err) != AF_OK)
+        fail_msg("%s", err);
+    return e;
+}
+
+/* A prompt that repeats, so that its last tokens occur earlier in it. */
+static const char *PROMPT = "Droa Wysen was born in Gryvale in 1779. Droa Wysen was born in "
+                            "Gryvale in 1779. Droa Wysen was born in Gryvale in 1779. Droa";
+
+struct gen {
+    struct af_engine *e;
+    float temp;
+    uint64_t seed;
+    struct af_engine_result r;
+};
+
+static void generate(struct gen *g)
+{
+    int32_t *ids = NULL;
+    size_t n = 0;
+    char err[512];
+    if (af_engine_tokenize(g->e, PROMPT, 0, 0, &ids, &n, err, sizeof err) != AF_OK)
+        fail_msg("%s", err);
+    struct af_engine_gen_params gp = af_engine_default_gen_params();
+    gp.temperature = g->temp;
+    gp.seed = g->seed;
+    gp.max_tokens = 96;
+    gp.ignore_eos = 1;
+    if (af_engine_generate(g->e, ids, n, &gp, &g->r, err, sizeof err) != AF_OK)
+        fail_msg("%s", err);
+    free(ids);
+}
+
+static void *gen_thread(void *p)
+{
+    generate(p);
+    return NULL;
+}
+
+static void assert_same(const struct af_engine_result *a, const struct af_engine_result *b)
+{
+    assert_int_equal(a->n_ids, b->n_ids);
+    assert_memory_equal(a->ids, b->ids, a->n_ids * sizeof *a->ids);
+    assert_memory_equal(a->logprobs, b->logprobs, a->n_ids * sizeof *a->logprobs);
+    assert_string_equal(a->text, b->text);
+}
+
+static long long batching_field(struct af_engine *e, const char *key)
+{
+    char *info = af_engine_info_json(e);
+    json_t *j = json_loads(info, 0, NULL);
+    long long v =
+        (long long)json_integer_value(json_object_get(json_object_get(j, "batching"), key));
+    json_decref(j);
+    free(info);
+    return v;
+}
+
+static void test_same_output_greedy_and_sampled(void **state)
+{
+    (void)state;
+    struct af_engine *plain = load(0), *drafting = load(6);
+    const float temps[] = {0.0f, 1.5f};
+    for (int t = 0; t < 2; t++) {
+        struct gen a = {plain, temps[t], 5, {0}}, b = {drafting, temps[t], 5, {0}};
+        generate(&a);
+        generate(&b);
+        assert_same(&a.r, &b.r);
+        af_engine_result_deinit(&a.r);
+        af_engine_result_deinit(&b.r);
+    }
+    assert_int_equal(batching_field(plain, "drafted"), 0);
+    assert_true(batching_field(drafting, "drafted") > 0);
+    /* Both paths ran: guesses kept, and guesses thrown away. */
+    long long tried = batching_field(drafting, "drafted"),
+              kept = batching_field(drafting, "draft_kept");
+    assert_true(kept > 0);
+    if (kept >= tried)
+        fail_msg("every one of %lld drafted tokens was kept: the rejection path went untested",
+                 tried);
+    af_engine_free(plain);
+    af_engine_free(drafting);
+}
+
+/* Three generations at once, each drafting in the shared steps, match each one alone. */
+static void test_same_output_beside_others(void **state)
+{
+    (void)state;
+    struct af_engine *plain = load(0), *drafting = load(4);
+    struct gen alone[3], together[3];
+    pthread_t th[3];
+    for (int i = 0; i < 3; i++) {
+        alone[i] = (struct gen){plain, i == 0 ? 0.0f : 0.7f, (uint64_t)i + 1, {0}};
+        together[i] = (struct gen){drafting, alone[i].temp, alone[i].seed, {0}};
+        generate(&alone[i]);
+    }
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(pthread_create(&th[i], NULL, gen_thread, &together[i]), 0);
+    for (int i = 0; i < 3; i++)
+        pthread_join(th[i], NULL);
+    for (int i = 0; i < 3; i++) {
+        assert_same(&alone[i].r, &together[i].r);
+        af_engine_result_deinit(&alone[i].r);
+        af_engine_result_deinit(&together[i].r);
+    }
+    af_engine_free(plain);
+    af_engine_free(drafting);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_same_output_greedy_and_sampled),
+        cmocka_unit_test(test_same_output_beside_others),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
