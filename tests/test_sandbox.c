@@ -454,6 +454,9 @@ static const struct sys_probe PROBES[] = {
     {"tiocsti", SYS_ioctl, "0, TIOCSTI, A(buf)", EPERM, 1}, /* ENOTTY on /dev/null */
     {"tiocsti_high_bits", SYS_ioctl, "0, TIOCSTI | (1 << 32), A(buf)", EPERM, 1},
     {"tioclinux", SYS_ioctl, "0, TIOCLINUX, A(buf)", EPERM, 1},
+    {"kill_all", SYS_kill, "-1, 0", EPERM, 1}, /* signal 0: a check, nothing is sent */
+    {"kill_all_high_bits", SYS_kill, "0x1ffffffff, 0", EPERM, 1},
+    {"kill_self", SYS_kill, "os.getpid(), 0", 0, 0},
     {"acct", SYS_acct, "0", EPERM, 0},
     {"quotactl", SYS_quotactl, "0xff, 0, 0, 0", EPERM, 1},
     {"syslog", SYS_syslog, "99, 0, 0", EPERM, 0},
@@ -1170,10 +1173,20 @@ static void test_fallback_kill_all_spares_others(void **state)
         fprintf(stderr, "skipped: the bubblewrap victim (no namespaces here)\n");
     }
     af_clock_sleep_ms(300); /* the bystander has become nobody */
+    /* Without the seccomp filter (which refuses kill(-1) too, below): only the uid protects. */
+    struct sandbox_params p = sandbox_default_params();
+    p.timeout_s = 20;
+    p.no_seccomp = 1;
     struct sandbox_result r;
-    run("import os, signal\nos.kill(-1, signal.SIGKILL)\nprint('sent')", 0, 20, &r);
+    run_p("import os, signal\nos.kill(-1, signal.SIGKILL)\nprint('sent')", 0, &p, &r);
     assert_string_equal(r.out, "sent\n"); /* kill(-1) spares the caller itself */
     assert_int_equal(r.exit_status, 0);
+    sandbox_result_deinit(&r);
+    p.no_seccomp = 0;
+    run_p("import os, signal\ntry:\n    os.kill(-1, signal.SIGKILL)\nexcept OSError as e:\n"
+          "    print('refused', e.errno)",
+          0, &p, &r);
+    assert_string_equal(r.out, "refused 1\n");
     sandbox_result_deinit(&r);
     assert_int_equal(waitpid(bystander, NULL, WNOHANG), 0);
     kill(bystander, SIGKILL);
