@@ -146,7 +146,7 @@ static void place_fd(int src, int to, int cloexec)
 
 static int lift_fd(int fd)
 {
-    return fd < 0 ? -1 : fcntl(fd, F_DUPFD_CLOEXEC, 64);
+    return fd < 0 ? -1 : fcntl(fd, F_DUPFD_CLOEXEC, SANDBOX_REPORT_FD + 1);
 }
 
 static void sandbox_process(const struct sandbox_params *p, const struct sandbox_launch *l,
