@@ -517,7 +517,7 @@ static int transient_message(const char *msg)
             v[0] = '\0';
         fclose(f);
     }
-    return atol(v) != 0;
+    return strtol(v, NULL, 10) != 0;
 }
 
 /* Whether the program ran, from the report pipe (our steps), bwrap's status, the time-out. */
