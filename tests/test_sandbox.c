@@ -393,6 +393,32 @@ static void test_parent_killed(void **state)
     }
 }
 
+/* The caller killed at ten early moments, from before the supervisor exists to the program
+ * running: no fallback folder survives (the supervisor makes it and removes it on every path;
+ * the caller made it and was killed before forking the supervisor, once in 30 runs). */
+static void test_killed_early_leaves_no_folder(void **state)
+{
+    (void)state;
+    const char *argv[] = {proc_agentflow_bin(),
+                          "tool",
+                          "call",
+                          "Python_Code_Generator_Tool",
+                          "--args",
+                          "{\"code\": \"# marker-early\\nimport time\\ntime.sleep(60)\"}",
+                          NULL};
+    for (int i = 0; i < 10; i++) {
+        setenv("AGENTFLOW_SANDBOX", "rlimits", 1);
+        pid_t pid = proc_spawn(argv);
+        unsetenv("AGENTFLOW_SANDBOX");
+        assert_true(pid > 0);
+        af_clock_sleep_ms(5.0 * i);
+        kill(pid, SIGKILL);
+        waitpid(pid, NULL, 0);
+        assert_no_tmpdirs(pid);
+    }
+    assert_none_left("marker-early");
+}
+
 /* ---- The seccomp deny list, from inside ---------------------------------------------------
  * Each probe is one raw syscall through ctypes, with arguments chosen so that, without the
  * filter, the kernel rejects it for another reason first (a bad fd, a NULL pointer, invalid
@@ -1454,6 +1480,7 @@ int main(void)
         cmocka_unit_test(test_bwrap_setsid_escape),
         cmocka_unit_test(test_rlimits_setsid_escape),
         cmocka_unit_test(test_parent_killed),
+        cmocka_unit_test(test_killed_early_leaves_no_folder),
         cmocka_unit_test(test_syscalls_refused),
         cmocka_unit_test(test_cli_unshare_refused),
         cmocka_unit_test(test_proc_mem),

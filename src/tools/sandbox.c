@@ -24,6 +24,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -354,6 +355,7 @@ struct attempt {
     int ran;            /* the program was exec'd (or may have been) */
     int transient;      /* the set-up failed for a reason that may pass (EAGAIN, ENOMEM) */
     int bwrap_unusable; /* bubblewrap cannot set up here, whatever the load */
+    int dir_taken;      /* the working folder's name was another's */
     char why[256];
 };
 
@@ -375,13 +377,19 @@ static int prepare(struct sandbox_launch *l, const char *code, const struct sand
         bwrap_argv(&l->a, p, code, features, l->filter.fd >= 0);
         return AF_OK;
     }
-    char tmpl[64];
-    snprintf(tmpl, sizeof tmpl, "/tmp/" TMP_PREFIX "%ld_XXXXXX", (long)getpid());
-    if (!mkdtemp(tmpl)) {
-        af_errf(err, errlen, "sandbox: cannot create a working directory: %s", strerror(errno));
+    /* A fresh name; the supervisor makes the folder (and removes it). */
+    static const char alnum[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+    unsigned char rnd[8];
+    if (getrandom(rnd, sizeof rnd, 0) != (ssize_t)sizeof rnd) {
+        af_errf(err, errlen, "sandbox: getrandom: %s", strerror(errno));
         return AF_EIO;
     }
-    l->tmpdir = af_xstrdup(tmpl); /* the sandbox's process hands it to its uid */
+    char name[64];
+    int o = snprintf(name, sizeof name, "/tmp/" TMP_PREFIX "%ld_", (long)getpid());
+    for (size_t i = 0; i < sizeof rnd; i++)
+        name[o++] = alnum[rnd[i] % (sizeof alnum - 1)];
+    name[o] = '\0';
+    l->tmpdir = af_xstrdup(name);
     static const char *const env[] = {"PATH=/usr/bin:/bin", "LANG=C.UTF-8",
                                       "OPENBLAS_NUM_THREADS=1", "MPLBACKEND=Agg"};
     for (size_t i = 0; i < 4; i++)
@@ -396,15 +404,16 @@ static int prepare(struct sandbox_launch *l, const char *code, const struct sand
     return AF_OK;
 }
 
-static void release(struct sandbox_launch *l)
+/* remove_dir: whether the folder may be ours (the supervisor made it, and removed it unless it
+ * was killed too); a name found taken is another's. */
+static void release(struct sandbox_launch *l, int remove_dir)
 {
     for (size_t i = 0; i < 8; i++)
         free(l->envp[i]);
     seccomp_filter_deinit(&l->filter);
-    if (l->tmpdir) { /* the supervisor removed it, unless it was killed too */
+    if (l->tmpdir && remove_dir)
         (void)sandbox_rm_tree(l->tmpdir);
-        free(l->tmpdir);
-    }
+    free(l->tmpdir);
 }
 
 /* Reads both pipes until EOF or the deadline; returns 1 when the deadline passed. */
@@ -489,7 +498,8 @@ static const char *step_name(int step)
                                         "entering the folder",
                                         "installing the seccomp filter",
                                         "starting the program",
-                                        "forking"};
+                                        "forking",
+                                        "making the working folder"};
     return step > 0 && step < (int)(sizeof names / sizeof names[0]) ? names[step] : names[0];
 }
 
@@ -530,6 +540,7 @@ static void classify(struct attempt *at, const struct sandbox_result *r, int use
         snprintf(at->why, sizeof at->why, "%s failed: %s", step_name(report[0]), strerror(e));
         at->transient = e == EAGAIN || e == ENOMEM || e == EINTR;
         at->bwrap_unusable = use_bwrap && report[0] == STEP_EXEC && !at->transient;
+        at->dir_taken = report[0] == STEP_MKDIR;
         return;
     }
     if (!use_bwrap || r->timed_out) {
@@ -573,6 +584,48 @@ static void close_pair(int *p)
             close(p[i]);
             p[i] = -1;
         }
+}
+
+/* The caller's side of a started run (pipes as in run_once): the output until the deadline,
+ * the wait status, the supervisor's end, then how the set-up went. Closes the caller's copies
+ * of the write ends and the lifeline; run_once closes the rest. */
+static void collect(pid_t pid, int pipes[6][2], const struct sandbox_params *p, int use_bwrap,
+                    int features, double deadline, struct sandbox_result *r, struct attempt *at)
+{
+    int *mine[] = {&pipes[0][1], &pipes[1][1], &pipes[2][0],
+                   &pipes[3][1], &pipes[4][1], &pipes[5][1]};
+    for (size_t i = 0; i < 6; i++)
+        if (*mine[i] >= 0) {
+            close(*mine[i]);
+            *mine[i] = -1;
+        }
+    struct capture co, ce;
+    capture_init(&co, p->output_bytes);
+    capture_init(&ce, p->output_bytes);
+    r->timed_out = pump(pipes[0][0], pipes[1][0], &co, &ce, deadline);
+    int status = 0, got = 0;
+    if (!r->timed_out)
+        r->timed_out = read_status(pipes[3][0], deadline, &status, &got);
+    /* Whatever is left of the tree goes, on every path: closing the lifeline tells the
+     * supervisor to kill and reap every descendant. Waiting for it (bounded) also keeps a
+     * fork bomb's remains from counting against the next run's process limit. */
+    close(pipes[2][1]);
+    pipes[2][1] = -1;
+    if (!got)
+        (void)read_status(pipes[3][0], af_clock_ms() + 5000, &status, &got);
+    if (!got)
+        status = SIGKILL; /* no report: count it as killed */
+    wait_supervisor(pid);
+    r->exit_status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    r->term_signal = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
+    r->out = capture_finish(&co);
+    r->err = capture_finish(&ce);
+    char status_text[4096], rep[2 * sizeof(int) + 1];
+    int report[2] = {0, 0};
+    drain(pipes[5][0], status_text, sizeof status_text);
+    size_t n_rep = drain(pipes[4][0], rep, sizeof rep);
+    memcpy(report, rep, sizeof report);
+    classify(at, r, use_bwrap, features, status_text, report, n_rep);
 }
 
 /* One sandbox run until `deadline`. Returns 0 with *r and *at filled, or an error (nothing was
@@ -625,39 +678,7 @@ static int run_once(const char *code, const struct sandbox_params *p, int use_bw
     }
     if (rc == AF_OK) {
         setpgid(pid, pid);
-        int mine[] = {pipes[0][1], pipes[1][1], pipes[2][0], pipes[3][1], pipes[4][1], pipes[5][1]};
-        for (size_t i = 0; i < 6; i++)
-            if (mine[i] >= 0)
-                close(mine[i]);
-        pipes[0][1] = pipes[1][1] = pipes[2][0] = pipes[3][1] = pipes[4][1] = pipes[5][1] = -1;
-        struct capture co, ce;
-        capture_init(&co, p->output_bytes);
-        capture_init(&ce, p->output_bytes);
-        r->timed_out = pump(pipes[0][0], pipes[1][0], &co, &ce, deadline);
-        int status = 0, got = 0;
-        if (!r->timed_out)
-            r->timed_out = read_status(pipes[3][0], deadline, &status, &got);
-        /* Whatever is left of the tree goes, on every path: closing the lifeline tells the
-         * supervisor to kill and reap every descendant. Waiting for it (bounded) also keeps a
-         * fork bomb's remains from counting against the next run's process limit. */
-        close(pipes[2][1]);
-        pipes[2][1] = -1;
-        if (!got)
-            (void)read_status(pipes[3][0], af_clock_ms() + 5000, &status, &got);
-        if (!got)
-            status = SIGKILL; /* no report: count it as killed */
-        wait_supervisor(pid);
-        r->exit_status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-        r->term_signal = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
-        r->out = capture_finish(&co);
-        r->err = capture_finish(&ce);
-        char status_text[4096];
-        int report[2] = {0, 0};
-        drain(pipes[5][0], status_text, sizeof status_text);
-        char rep[sizeof report + 1];
-        size_t n_rep = drain(pipes[4][0], rep, sizeof rep);
-        memcpy(report, rep, sizeof report);
-        classify(at, r, use_bwrap, features, status_text, report, n_rep);
+        collect(pid, pipes, p, use_bwrap, features, deadline, r, at);
         r->limits = cg_rc == 1 ? "cgroup" : "process";
         snprintf(r->no_cgroup, sizeof r->no_cgroup, "%s", cg_rc == 1 ? "" : no_cg);
     }
@@ -666,7 +687,7 @@ static int run_once(const char *code, const struct sandbox_params *p, int use_bw
     if (null_fd >= 0)
         close(null_fd);
     if (cg_rc >= 0)
-        release(&l);
+        release(&l, rc == AF_OK && !at->dir_taken);
     sandbox_cgroup_deinit(&cg);
     return rc;
 }

@@ -271,14 +271,34 @@ static void children_path(char *out, pid_t self)
     memcpy(out + o, post, sizeof post);
 }
 
+/* Removes the fallback's working folder (when made) and the cgroup, then ends: on every path,
+ * the caller may already be gone and nobody else would. */
+__attribute__((noreturn)) static void finish(const struct sandbox_launch *l, int made_dir, int code)
+{
+    if (made_dir)
+        sandbox_rm_tree(l->tmpdir);
+    /* An emptied group may take a moment to count as unpopulated. */
+    for (int i = 0; l->cg_dir && rmdir(l->cg_dir) != 0 && errno == EBUSY && i < 200; i++)
+        nap_ms(5);
+    _exit(code);
+}
+
 void sandbox_supervise(const struct sandbox_params *p, const struct sandbox_launch *l, int out_fd,
                        int err_fd, int null_fd, int life_fd, int wait_fd, pid_t parent)
 {
     setpgid(0, 0);
     signal(SIGPIPE, SIG_IGN); /* the caller may be gone when the status is written */
     prctl(PR_SET_CHILD_SUBREAPER, 1);
-    if (getppid() != parent)
-        _exit(126);
+    if (getppid() != parent) /* killed since it forked us */
+        finish(l, 0, 126);
+    /* The folder is made here, not by the caller, so that it never exists without someone
+     * to remove it: a caller killed before this fork leaves nothing. */
+    if (l->tmpdir && mkdir(l->tmpdir, 0700) != 0) {
+        int msg[2] = {STEP_MKDIR, errno}, st = 126 << 8;
+        write_all(l->report_fd, msg, sizeof msg);
+        write_all(wait_fd, &st, sizeof st);
+        finish(l, 0, 1);
+    }
     pid_t self = getpid(), sandbox = fork();
     if (sandbox == 0)
         sandbox_process(p, l, out_fd, err_fd, null_fd, self);
@@ -294,7 +314,7 @@ void sandbox_supervise(const struct sandbox_params *p, const struct sandbox_laun
         write_all(l->report_fd, msg, sizeof msg);
         int st = 127 << 8; /* reported as exit 127, as a failed exec would be */
         write_all(wait_fd, &st, sizeof st);
-        _exit(1);
+        finish(l, l->tmpdir != NULL, 1);
     }
     close(l->report_fd);
     char children[64];
@@ -321,10 +341,5 @@ void sandbox_supervise(const struct sandbox_params *p, const struct sandbox_laun
         if (kill_children(children) == 0)
             nap_ms(2);
     }
-    if (l->tmpdir)
-        sandbox_rm_tree(l->tmpdir);
-    /* An emptied group may take a moment to count as unpopulated. */
-    for (int i = 0; l->cg_dir && rmdir(l->cg_dir) != 0 && errno == EBUSY && i < 200; i++)
-        nap_ms(5);
-    _exit(0);
+    finish(l, l->tmpdir != NULL, 0);
 }

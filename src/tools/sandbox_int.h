@@ -29,7 +29,8 @@ enum sandbox_step {
     STEP_CHDIR,
     STEP_SECCOMP,
     STEP_EXEC,
-    STEP_FORK
+    STEP_FORK,
+    STEP_MKDIR
 };
 
 struct sandbox_argv {
@@ -42,10 +43,11 @@ struct sandbox_argv {
 
 struct sandbox_launch {
     struct sandbox_argv a;
-    char *envp[8];                /* the fallback's environment (owned strings) */
-    char *tmpdir;                 /* the fallback's working directory (owned), or NULL */
-    int bwrap;                    /* a.v[0] is bwrap */
-    int own_uid;                  /* root: become SANDBOX_UID_BASE + the supervisor's pid */
+    char *envp[8]; /* the fallback's environment (owned strings) */
+    char *tmpdir;  /* the fallback's working directory (owned; made and removed by the
+                      supervisor), or NULL */
+    int bwrap;     /* a.v[0] is bwrap */
+    int own_uid;   /* root: become SANDBOX_UID_BASE + the supervisor's pid */
     struct seccomp_filter filter; /* n_insns 0 without it */
     int status_fd;                /* write end of bwrap's --json-status-fd pipe, or -1 */
     int report_fd;                /* write end of the set-up report pipe (close-on-exec) */
