@@ -40,6 +40,7 @@
 #include "core/buf.h"
 #include "core/clock.h"
 #include "core/fileio.h"
+#include "flow/pycall.h"
 #include "support/proc.h"
 #include "tools/sandbox.h"
 
@@ -891,6 +892,21 @@ static void test_nul_and_invalid_utf8(void **state)
     assert_non_null(msg);
     assert_non_null(strstr(msg, "NUL byte at offset 15"));
     assert_null(json_object_get(res, "printed_output"));
+    json_decref(res);
+    json_decref(args);
+    /* The executor's way in: its command language decodes \x00 into a NUL byte. */
+    static const char command[] =
+        "execution = tool.execute(code=\"print('before')\\x00print('HIDDEN')\")";
+    struct af_pycall_list calls;
+    char perr[256];
+    assert_int_equal(af_pycall_parse(command, strlen(command), &calls, perr, sizeof perr), AF_OK);
+    assert_int_equal(calls.n, 1);
+    json_t *code_arg = json_object_get(calls.calls[0].kwargs, "code");
+    assert_int_equal(json_string_length(code_arg), sizeof with_nul - 1);
+    args = json_pack("{s:O,s:n}", "code", code_arg, "query");
+    af_pycall_list_deinit(&calls);
+    assert_int_equal(af_tool_call(t, args, &ctx, &res), AF_EINVAL);
+    assert_non_null(strstr(json_string_value(json_object_get(res, "error")), "NUL byte"));
     json_decref(res);
     json_decref(args);
     /* The same in a query, which would be cut on its way into the LLM's prompt. */
