@@ -43,6 +43,7 @@
 #include "flow/pycall.h"
 #include "support/proc.h"
 #include "tools/sandbox.h"
+#include "tools/sandbox_int.h"
 
 static int g_bwrap;
 
@@ -1294,6 +1295,53 @@ static void test_stale_tmpdirs_swept(void **state)
     unlink(target);
 }
 
+/* The remover as a non-root user (a caller without root, or a sandbox uid): folders the code
+ * made unreadable or read-only are opened up through their own descriptors and removed; a
+ * link to the user's file is removed, and the file keeps its mode. */
+static void test_rm_tree_unprivileged(void **state)
+{
+    (void)state;
+    if (geteuid() != 0) {
+        fprintf(stderr, "skipped: needs root to become an unprivileged uid\n");
+        skip();
+    }
+    pid_t pid = fork();
+    if (pid == 0) {
+        uid_t uid = SANDBOX_UID_BASE + (1u << 22) - 1; /* no supervisor has this pid */
+        if (setgid(uid) != 0 || setuid(uid) != 0)
+            _exit(10);
+        char top[] = "/tmp/af_rmtest_XXXXXX", keep[] = "/tmp/af_rmkeep_XXXXXX", p1[96], p2[96];
+        int fd = mkstemp(keep);
+        if (!mkdtemp(top) || fd < 0 || fchmod(fd, 0600) != 0)
+            _exit(11);
+        close(fd);
+        snprintf(p1, sizeof p1, "%s/locked", top);
+        snprintf(p2, sizeof p2, "%s/locked/inner", top);
+        if (mkdir(p1, 0700) != 0 || mkdir(p2, 0700) != 0)
+            _exit(12);
+        snprintf(p2, sizeof p2, "%s/locked/inner/file", top);
+        if (write_file(p2, "x", 1) != AF_OK)
+            _exit(13);
+        snprintf(p2, sizeof p2, "%s/locked/inner", top);
+        if (chmod(p2, 0500) != 0 || chmod(p1, 0) != 0)
+            _exit(14);
+        snprintf(p2, sizeof p2, "%s/link", top);
+        if (symlink(keep, p2) != 0)
+            _exit(15);
+        if (sandbox_rm_tree(top) != 0 || access(top, F_OK) == 0)
+            _exit(16);
+        struct stat st;
+        if (stat(keep, &st) != 0 || (st.st_mode & 0777) != 0600)
+            _exit(17);
+        unlink(keep);
+        _exit(0);
+    }
+    int st = 0;
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    assert_true(WIFEXITED(st));
+    assert_int_equal(WEXITSTATUS(st), 0);
+}
+
 /* ---- The cgroup -------------------------------------------------------------------------------
  */
 
@@ -1510,6 +1558,7 @@ int main(void)
         cmocka_unit_test(test_fork_bomb_spares_others),
         cmocka_unit_test(test_fallback_kill_all_spares_others),
         cmocka_unit_test(test_stale_tmpdirs_swept),
+        cmocka_unit_test(test_rm_tree_unprivileged),
         cmocka_unit_test(test_cgroup_found_or_said),
         cmocka_unit_test(test_cgroup_plumbing),
         cmocka_unit_test(test_cgroup_caps_tree),

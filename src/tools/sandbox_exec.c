@@ -65,14 +65,46 @@ struct linux_dirent64 {
 
 static void rm_under(int dfd, int depth);
 
+/* Writes "/proc/self/fd/N" into out (at least 32 bytes), without snprintf. */
+static void proc_fd_path(char *out, int fd)
+{
+    static const char pre[] = "/proc/self/fd/";
+    char digits[12];
+    int nd = 0;
+    for (unsigned v = (unsigned)fd; nd == 0 || v > 0; v /= 10)
+        digits[nd++] = (char)('0' + v % 10);
+    memcpy(out, pre, sizeof pre - 1);
+    size_t o = sizeof pre - 1;
+    while (nd > 0)
+        out[o++] = digits[--nd];
+    out[o] = '\0';
+}
+
+/* Opens the folder `name` of dfd, never through a link. One the code made unreadable (only a
+ * non-root caller meets that) is opened up first, through a descriptor of that very folder:
+ * chmod by name could be sent elsewhere by a link swapped in. */
+static int open_subdir(int dfd, const char *name)
+{
+    int sub = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (sub >= 0 || errno != EACCES)
+        return sub;
+    int pfd = openat(dfd, name, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (pfd < 0)
+        return -1;
+    char path[32];
+    proc_fd_path(path, pfd);
+    if (chmod(path, 0700) == 0)
+        sub = openat(pfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    close(pfd);
+    return sub;
+}
+
 /* Removes one entry of dfd: a file or link at once, a directory after its contents. */
 static void rm_entry(int dfd, const char *name, int depth)
 {
     if (unlinkat(dfd, name, 0) == 0 || (errno != EISDIR && errno != EPERM))
         return;
-    int sub = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    if (sub < 0 && errno == EACCES && fchmodat(dfd, name, 0700, 0) == 0)
-        sub = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    int sub = open_subdir(dfd, name);
     if (sub < 0)
         return;
     struct stat st;
