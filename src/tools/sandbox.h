@@ -68,7 +68,7 @@ struct sandbox_result {
     int exit_status; /* exit code, or -1 when killed by a signal */
     int term_signal; /* the signal that ended it, or 0 */
     int timed_out;
-    int attempts; /* bubblewrap set-ups tried (retries after a busy host) */
+    int attempts; /* runs started: 1, more after a busy host or a fallback */
     double duration_ms;
     const char *mode;    /* "bubblewrap+seccomp" or "rlimits+seccomp"; without the filter
                             (no_seccomp) "bubblewrap" or "rlimits" (static string) */
