@@ -22,6 +22,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
@@ -32,14 +33,17 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "agentflow/tools.h"
 #include "core/buf.h"
 #include "core/clock.h"
 #include "core/fileio.h"
+#include "flow/pycall.h"
 #include "support/proc.h"
 #include "tools/sandbox.h"
+#include "tools/sandbox_int.h"
 
 static int g_bwrap;
 
@@ -99,11 +103,37 @@ static void assert_none_left(const char *marker)
     assert_int_equal(count_marked(marker), 0);
 }
 
+/* Folders /tmp/af_sandbox_PID_* of the fallback made by process pid. */
+static int count_tmpdirs(pid_t pid)
+{
+    char prefix[64];
+    snprintf(prefix, sizeof prefix, "af_sandbox_%ld_", (long)pid);
+    DIR *d = opendir("/tmp");
+    int n = 0;
+    struct dirent *e;
+    while (d && (e = readdir(d)) != NULL)
+        n += strncmp(e->d_name, prefix, strlen(prefix)) == 0;
+    if (d)
+        closedir(d);
+    return n;
+}
+
+/* The supervisor removes the folder after reaping the tree, which may end after the call. */
+static void assert_no_tmpdirs(pid_t pid)
+{
+    double deadline = af_clock_ms() + 10000;
+    while (count_tmpdirs(pid) > 0 && af_clock_ms() < deadline)
+        af_clock_sleep_ms(20);
+    assert_int_equal(count_tmpdirs(pid), 0);
+}
+
 static void run_p(const char *code, int bwrap, const struct sandbox_params *p,
                   struct sandbox_result *r)
 {
     char err[256];
-    assert_int_equal(sandbox_run_python(code, p, bwrap, r, err, sizeof err), AF_OK);
+    if (sandbox_run_python(code, p, bwrap ? SANDBOX_BWRAP : SANDBOX_RLIMITS, r, err, sizeof err))
+        fprintf(stderr, "sandbox: %s\n", err);
+    assert_int_equal(r->attempts >= 1, 1);
     if (p->no_seccomp)
         assert_string_equal(r->mode, bwrap ? "bubblewrap" : "rlimits");
     else
@@ -232,6 +262,7 @@ static void test_rlimits_fallback(void **state)
     check_memory_hog(0);
     check_huge_output(0);
     check_writes_and_reads(0);
+    assert_no_tmpdirs(getpid()); /* time-outs and kills included */
 }
 
 static void test_bwrap_basic_and_limits(void **state)
@@ -359,8 +390,35 @@ static void test_parent_killed(void **state)
             kill(pid, SIGKILL);
             waitpid(pid, NULL, 0);
             assert_none_left(marker);
+            assert_no_tmpdirs(pid); /* the fallback's folder went with the tree */
         }
     }
+}
+
+/* The caller killed at ten early moments, from before the supervisor exists to the program
+ * running: no fallback folder survives (the supervisor makes it and removes it on every path;
+ * the caller made it and was killed before forking the supervisor, once in 30 runs). */
+static void test_killed_early_leaves_no_folder(void **state)
+{
+    (void)state;
+    const char *argv[] = {proc_agentflow_bin(),
+                          "tool",
+                          "call",
+                          "Python_Code_Generator_Tool",
+                          "--args",
+                          "{\"code\": \"# marker-early\\nimport time\\ntime.sleep(60)\"}",
+                          NULL};
+    for (int i = 0; i < 10; i++) {
+        setenv("AGENTFLOW_SANDBOX", "rlimits", 1);
+        pid_t pid = proc_spawn(argv);
+        unsetenv("AGENTFLOW_SANDBOX");
+        assert_true(pid > 0);
+        af_clock_sleep_ms(5.0 * i);
+        kill(pid, SIGKILL);
+        waitpid(pid, NULL, 0);
+        assert_no_tmpdirs(pid);
+    }
+    assert_none_left("marker-early");
 }
 
 /* ---- The seccomp deny list, from inside ---------------------------------------------------
@@ -424,6 +482,9 @@ static const struct sys_probe PROBES[] = {
     {"tiocsti", SYS_ioctl, "0, TIOCSTI, A(buf)", EPERM, 1}, /* ENOTTY on /dev/null */
     {"tiocsti_high_bits", SYS_ioctl, "0, TIOCSTI | (1 << 32), A(buf)", EPERM, 1},
     {"tioclinux", SYS_ioctl, "0, TIOCLINUX, A(buf)", EPERM, 1},
+    {"kill_all", SYS_kill, "-1, 0", EPERM, 1}, /* signal 0: a check, nothing is sent */
+    {"kill_all_high_bits", SYS_kill, "0x1ffffffff, 0", EPERM, 1},
+    {"kill_self", SYS_kill, "os.getpid(), 0", 0, 0},
     {"acct", SYS_acct, "0", EPERM, 0},
     {"quotactl", SYS_quotactl, "0xff, 0, 0, 0", EPERM, 1},
     {"syslog", SYS_syslog, "99, 0, 0", EPERM, 0},
@@ -784,7 +845,7 @@ static void test_code_size(void **state)
     struct sandbox_params p = sandbox_default_params();
     struct sandbox_result r;
     char err[256] = "";
-    assert_int_equal(sandbox_run_python(code, &p, g_bwrap, &r, err, sizeof err), AF_ETOOBIG);
+    assert_int_equal(sandbox_run_python(code, &p, SANDBOX_AUTO, &r, err, sizeof err), AF_ETOOBIG);
     assert_non_null(strstr(err, "over the limit"));
     assert_null(r.out);
     sandbox_result_deinit(&r);
@@ -813,9 +874,10 @@ static void test_code_size(void **state)
     free(code);
 }
 
-/* A NUL byte ends the code where the tool reads it (a C string): what follows never runs.
- * Invalid UTF-8 in the code is Python's error; in the output it reaches the result repaired.
- * The CLI refuses both in --args, as JSON carries neither. */
+/* A NUL byte in the code (the executor's command language decodes '\x00' into one) is refused
+ * with an error naming its offset: it used to cut the code silently, so what followed never
+ * ran. Invalid UTF-8 in the code is Python's error; in the output it reaches the result
+ * repaired. The CLI refuses both in --args, as JSON carries neither. */
 static void test_nul_and_invalid_utf8(void **state)
 {
     (void)state;
@@ -826,8 +888,34 @@ static void test_nul_and_invalid_utf8(void **state)
     json_t *args = json_object(), *res = NULL;
     json_object_set_new(args, "code", json_stringn(with_nul, sizeof with_nul - 1));
     json_object_set_new(args, "query", json_null());
-    assert_int_equal(af_tool_call(t, args, &ctx, &res), AF_OK);
-    assert_string_equal(json_string_value(json_object_get(res, "printed_output")), "before\n");
+    assert_int_equal(af_tool_call(t, args, &ctx, &res), AF_EINVAL);
+    const char *msg = json_string_value(json_object_get(res, "error"));
+    assert_non_null(msg);
+    assert_non_null(strstr(msg, "NUL byte at offset 15"));
+    assert_null(json_object_get(res, "printed_output"));
+    json_decref(res);
+    json_decref(args);
+    /* The executor's way in: its command language decodes \x00 into a NUL byte. */
+    static const char command[] =
+        "execution = tool.execute(code=\"print('before')\\x00print('HIDDEN')\")";
+    struct af_pycall_list calls;
+    char perr[256];
+    assert_int_equal(af_pycall_parse(command, strlen(command), &calls, perr, sizeof perr), AF_OK);
+    assert_int_equal(calls.n, 1);
+    json_t *code_arg = json_object_get(calls.calls[0].kwargs, "code");
+    assert_int_equal(json_string_length(code_arg), sizeof with_nul - 1);
+    args = json_pack("{s:O,s:n}", "code", code_arg, "query");
+    af_pycall_list_deinit(&calls);
+    assert_int_equal(af_tool_call(t, args, &ctx, &res), AF_EINVAL);
+    assert_non_null(strstr(json_string_value(json_object_get(res, "error")), "NUL byte"));
+    json_decref(res);
+    json_decref(args);
+    /* The same in a query, which would be cut on its way into the LLM's prompt. */
+    args = json_object();
+    json_object_set_new(args, "query", json_stringn(with_nul, sizeof with_nul - 1));
+    json_object_set_new(args, "code", json_null());
+    assert_int_equal(af_tool_call(t, args, &ctx, &res), AF_EINVAL);
+    assert_non_null(strstr(json_string_value(json_object_get(res, "error")), "NUL byte"));
     json_decref(res);
     json_decref(args);
     /* Invalid UTF-8 in the code (0xff 0xfe inside a string literal). */
@@ -875,6 +963,545 @@ static void test_nul_and_invalid_utf8(void **state)
     }
 }
 
+/* ---- Set-up failures, retries and the fallback ---------------------------------------------- */
+
+static int write_file(const char *path, const char *text, size_t n)
+{
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0)
+        return -1;
+    int ok = write(fd, text, n) == (ssize_t)n;
+    close(fd);
+    return ok ? AF_OK : -1;
+}
+
+/* A stand-in for bwrap: a shell script under a folder of its own. Returns its path (static). */
+static const char *fake_bwrap(const char *name, const char *body)
+{
+    static char path[128];
+    char dir[64];
+    snprintf(dir, sizeof dir, "/tmp/af_fakebwrap_%d", (int)getpid());
+    mkdir(dir, 0755);
+    assert_int_equal(chmod(dir, 0755), 0);
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    char text[1024];
+    snprintf(text, sizeof text,
+             "#!/bin/sh\nif [ \"$1\" = --help ]; then\n"
+             "  echo '--json-status-fd --size --disable-userns --assert-userns-disabled'\n"
+             "  exit 0\nfi\n%s\n",
+             body);
+    assert_int_equal(write_file(path, text, strlen(text)), AF_OK);
+    assert_int_equal(chmod(path, 0755), 0);
+    return path;
+}
+
+static void remove_fake_bwraps(void)
+{
+    char cmd[96];
+    snprintf(cmd, sizeof cmd, "rm -rf /tmp/af_fakebwrap_%d", (int)getpid());
+    assert_int_equal(system(cmd), 0);
+}
+
+/* The issue's attack: code that prints bwrap's "Resource temporarily unavailable" and exits 1
+ * made the call run 11 times (94 s against a 10 s deadline). It is the program's output: one
+ * run, its status as is. */
+static void test_setup_error_text_is_output(void **state)
+{
+    (void)state;
+    NEED_BWRAP();
+    struct sandbox_params p = sandbox_default_params();
+    p.timeout_s = 30;
+    struct sandbox_result r;
+    run_p("import sys\nprint('ran')\nprint('bwrap: Creating new namespace failed: Resource "
+          "temporarily unavailable', file=sys.stderr)\nsys.exit(1)",
+          1, &p, &r);
+    assert_int_equal(r.attempts, 1);
+    assert_string_equal(r.out, "ran\n");
+    assert_int_equal(r.exit_status, 1);
+    assert_non_null(strstr(r.err, "Resource temporarily unavailable"));
+    sandbox_result_deinit(&r);
+}
+
+/* A bwrap that fails to set up with EAGAIN every time: retried, within the one deadline of the
+ * call, then an error; never the fallback. The old loop slept 5.5 s whatever the deadline. */
+static void test_busy_bwrap_keeps_deadline(void **state)
+{
+    (void)state;
+    struct sandbox_params p = sandbox_default_params();
+    p.bwrap = fake_bwrap("busy", "echo 'bwrap: Creating new namespace failed: Resource "
+                                 "temporarily unavailable' >&2\nexit 1");
+    p.timeout_s = 0.5;
+    for (int mode = SANDBOX_AUTO; mode <= SANDBOX_BWRAP; mode++) {
+        struct sandbox_result r;
+        char err[512] = "";
+        double t0 = af_clock_ms();
+        assert_int_equal(
+            sandbox_run_python("print(1)", &p, (enum sandbox_mode)mode, &r, err, sizeof err),
+            AF_EIO);
+        double ms = af_clock_ms() - t0;
+        assert_true(ms < 4000); /* generous: a busy machine, but not 5.5 s of sleeps */
+        assert_non_null(strstr(err, "too busy"));
+        assert_non_null(strstr(err, "Resource temporarily unavailable"));
+        assert_non_null(strstr(err, "did not run"));
+        assert_null(r.out);
+        sandbox_result_deinit(&r);
+    }
+    remove_fake_bwraps();
+}
+
+/* Where bubblewrap is proven unusable (missing, or a set-up error that does not pass), AUTO
+ * runs the fallback and says why; BWRAP refuses. */
+static void test_unusable_bwrap_falls_back(void **state)
+{
+    (void)state;
+    struct sandbox_params p = sandbox_default_params();
+    const char *bwraps[] = {fake_bwrap("noperm", "echo 'bwrap: No permissions to create new "
+                                                 "namespace, likely because the kernel does not "
+                                                 "allow non-privileged user namespaces.' >&2\n"
+                                                 "exit 1"),
+                            "/nonexistent/bwrap"};
+    const char *want[] = {"No permissions to create new namespace", "cannot run"};
+    for (int i = 0; i < 2; i++) {
+        p.bwrap = bwraps[i];
+        struct sandbox_result r;
+        char err[512] = "";
+        assert_int_equal(sandbox_run_python("print(6 * 7)", &p, SANDBOX_AUTO, &r, err, sizeof err),
+                         AF_OK);
+        assert_string_equal(r.out, "42\n");
+        assert_string_equal(r.mode, "rlimits+seccomp");
+        assert_non_null(strstr(r.fallback, want[i]));
+        sandbox_result_deinit(&r);
+        assert_int_equal(sandbox_run_python("print(1)", &p, SANDBOX_BWRAP, &r, err, sizeof err),
+                         AF_EIO);
+        assert_non_null(strstr(err, want[i]));
+        sandbox_result_deinit(&r);
+    }
+    remove_fake_bwraps();
+}
+
+/* ---- One sandbox against another ---------------------------------------------------------- */
+
+struct bg_run {
+    pthread_t thread;
+    const char *code;
+    enum sandbox_mode mode;
+    double timeout_s;
+    int rc;
+    struct sandbox_result r;
+};
+
+static void *bg_main(void *arg)
+{
+    struct bg_run *b = arg;
+    struct sandbox_params p = sandbox_default_params();
+    p.timeout_s = b->timeout_s;
+    char err[256];
+    b->rc = sandbox_run_python(b->code, &p, b->mode, &b->r, err, sizeof err);
+    return NULL;
+}
+
+static void bg_start(struct bg_run *b, const char *code, enum sandbox_mode mode, double timeout_s)
+{
+    b->code = code;
+    b->mode = mode;
+    b->timeout_s = timeout_s;
+    assert_int_equal(pthread_create(&b->thread, NULL, bg_main, b), 0);
+}
+
+/* SIGKILL to every live process of this test's that carries marker (by pid). */
+static void kill_marked(const char *marker)
+{
+    DIR *d = opendir("/proc");
+    struct dirent *e;
+    while (d && (e = readdir(d)) != NULL) {
+        char path[300], buf[8192];
+        snprintf(path, sizeof path, "/proc/%s/cmdline", e->d_name);
+        int fd = open(path, O_RDONLY);
+        if (fd < 0)
+            continue;
+        ssize_t r = read(fd, buf, sizeof buf);
+        close(fd);
+        if (r > 0 && strncmp(buf, "/usr/bin/python3", (size_t)r) == 0 &&
+            memmem(buf, (size_t)r, marker, strlen(marker)))
+            kill((pid_t)strtol(e->d_name, NULL, 10), SIGKILL);
+    }
+    if (d)
+        closedir(d);
+}
+
+static void wait_marked(const char *marker, int n)
+{
+    double deadline = af_clock_ms() + 30000;
+    while (count_marked_argv0(marker, "/usr/bin/python3") < n && af_clock_ms() < deadline)
+        af_clock_sleep_ms(20);
+    assert_true(count_marked_argv0(marker, "/usr/bin/python3") >= n);
+}
+
+/* The issue's first attack: while one sandbox holds every process its uid may have, another
+ * sandbox still starts under bubblewrap at once. All sandboxes were nobody, so a fork bomb in
+ * one made the next one's bwrap fail with EAGAIN, and the Python tool fell back for good. */
+static void test_fork_bomb_spares_others(void **state)
+{
+    (void)state;
+    NEED_BWRAP();
+    if (geteuid() != 0) {
+        fprintf(stderr, "skipped: sandboxes get uids of their own only when run as root\n");
+        skip();
+    }
+    struct bg_run bomb;
+    memset(&bomb, 0, sizeof bomb);
+    bg_start(&bomb,
+             "# marker-bomb-hold\nimport os, time\nwhile True:\n    try:\n"
+             "        if os.fork() == 0:\n            time.sleep(60)\n            os._exit(0)\n"
+             "    except OSError:\n        time.sleep(0.05)",
+             SANDBOX_BWRAP, 60);
+    wait_marked("marker-bomb-hold", 200); /* near its 256 processes */
+    struct sandbox_params p = sandbox_default_params();
+    p.timeout_s = 30;
+    struct sandbox_result r;
+    char err[256] = "";
+    assert_int_equal(sandbox_run_python("print('ok')", &p, SANDBOX_AUTO, &r, err, sizeof err),
+                     AF_OK);
+    assert_string_equal(r.out, "ok\n");
+    assert_string_equal(r.mode, "bubblewrap+seccomp");
+    assert_int_equal(r.attempts, 1);
+    sandbox_result_deinit(&r);
+    /* The same through the tool: bubblewrap, the host's root hidden. */
+    struct af_tool *t = af_tool_python_coder_new(NULL);
+    json_t *args =
+        json_pack("{s:s,s:n}", "code", "import os\nprint(sorted(os.listdir('/')))", "query");
+    json_t *res = NULL;
+    struct af_tool_ctx ctx;
+    memset(&ctx, 0, sizeof ctx);
+    assert_int_equal(af_tool_call(t, args, &ctx, &res), AF_OK);
+    assert_string_equal(json_string_value(json_object_get(res, "sandbox")), "bubblewrap+seccomp");
+    assert_null(strstr(json_string_value(json_object_get(res, "printed_output")), "'root'"));
+    json_decref(res);
+    json_decref(args);
+    af_tool_free(t);
+    /* End the bomb now rather than at its deadline (60 s, so that a slow machine has time to
+     * fill the table): killing its processes, which this test started, by pid. */
+    kill_marked("marker-bomb-hold");
+    pthread_join(bomb.thread, NULL);
+    assert_int_equal(bomb.rc, AF_OK);
+    sandbox_result_deinit(&bomb.r);
+    assert_none_left("marker-bomb-hold");
+}
+
+/* The fallback's kill(-1, SIGKILL) reaches the processes of its own uid only: it killed another
+ * caller's bubblewrap sandbox (and anything else of nobody's) when every sandbox was nobody. */
+static void test_fallback_kill_all_spares_others(void **state)
+{
+    (void)state;
+    if (geteuid() != 0) {
+        fprintf(stderr, "skipped: sandboxes get uids of their own only when run as root\n");
+        skip();
+    }
+    /* A process of nobody's that is no sandbox at all. */
+    pid_t bystander = fork();
+    if (bystander == 0) {
+        if (setgid(65534) != 0 || setuid(65534) != 0)
+            _exit(1);
+        execl("/bin/sleep", "sleep", "60", (char *)NULL);
+        _exit(1);
+    }
+    assert_true(bystander > 0);
+    struct bg_run victim;
+    memset(&victim, 0, sizeof victim);
+    if (g_bwrap) {
+        bg_start(&victim, "# marker-victim\nimport time\ntime.sleep(3)\nprint('alive')",
+                 SANDBOX_BWRAP, 60);
+        wait_marked("marker-victim", 1);
+    } else {
+        fprintf(stderr, "skipped: the bubblewrap victim (no namespaces here)\n");
+    }
+    af_clock_sleep_ms(300); /* the bystander has become nobody */
+    /* Without the seccomp filter (which refuses kill(-1) too, below): only the uid protects. */
+    struct sandbox_params p = sandbox_default_params();
+    p.timeout_s = 20;
+    p.no_seccomp = 1;
+    struct sandbox_result r;
+    run_p("import os, signal\nos.kill(-1, signal.SIGKILL)\nprint('sent')", 0, &p, &r);
+    assert_string_equal(r.out, "sent\n"); /* kill(-1) spares the caller itself */
+    assert_int_equal(r.exit_status, 0);
+    sandbox_result_deinit(&r);
+    p.no_seccomp = 0;
+    run_p("import os, signal\ntry:\n    os.kill(-1, signal.SIGKILL)\nexcept OSError as e:\n"
+          "    print('refused', e.errno)",
+          0, &p, &r);
+    assert_string_equal(r.out, "refused 1\n");
+    sandbox_result_deinit(&r);
+    assert_int_equal(waitpid(bystander, NULL, WNOHANG), 0);
+    kill(bystander, SIGKILL);
+    waitpid(bystander, NULL, 0);
+    if (g_bwrap) {
+        pthread_join(victim.thread, NULL);
+        assert_int_equal(victim.rc, AF_OK);
+        assert_string_equal(victim.r.out, "alive\n");
+        assert_int_equal(victim.r.exit_status, 0);
+        sandbox_result_deinit(&victim.r);
+    }
+}
+
+/* ---- Folders left by killed callers -----------------------------------------------------------
+ */
+
+static pid_t dead_pid(void)
+{
+    pid_t pid = fork();
+    if (pid == 0)
+        _exit(0);
+    waitpid(pid, NULL, 0);
+    return pid;
+}
+
+/* A folder of a caller that died (with files, a folder it cannot read, a link out) and one of
+ * the old form over an hour old are removed by the next process's first run; the link's target
+ * and a live caller's folder are not touched. */
+static void test_stale_tmpdirs_swept(void **state)
+{
+    (void)state;
+    char stale[96], inner[128], file[160], link[128], target[] = "/tmp/af_keep_XXXXXX";
+    char old[] = "/tmp/af_sandbox_OldXyZ", live[96];
+    snprintf(stale, sizeof stale, "/tmp/af_sandbox_%ld_deadxx", (long)dead_pid());
+    snprintf(live, sizeof live, "/tmp/af_sandbox_%ld_livexx", (long)getpid());
+    snprintf(inner, sizeof inner, "%s/locked", stale);
+    snprintf(file, sizeof file, "%s/big", inner);
+    snprintf(link, sizeof link, "%s/out", stale);
+    int fd = mkstemp(target);
+    assert_true(fd >= 0);
+    close(fd);
+    assert_int_equal(mkdir(stale, 0700), 0);
+    assert_int_equal(mkdir(inner, 0700), 0);
+    assert_int_equal(write_file(file, "data", 4), AF_OK);
+    assert_int_equal(chmod(inner, 0), 0);
+    assert_int_equal(symlink(target, link), 0);
+    assert_int_equal(mkdir(old, 0700), 0);
+    struct timespec times[2] = {{time(NULL) - 7200, 0}, {time(NULL) - 7200, 0}};
+    assert_int_equal(utimensat(AT_FDCWD, old, times, 0), 0);
+    assert_int_equal(mkdir(live, 0700), 0);
+    const char *argv[] = {
+        proc_agentflow_bin(),       "tool", "call", "Python_Code_Generator_Tool", "--args",
+        "{\"code\": \"print(1)\"}", NULL};
+    struct proc_result pr;
+    assert_int_equal(proc_run(argv, NULL, 60, &pr), 0);
+    assert_int_equal(pr.exit_code, 0);
+    proc_result_deinit(&pr);
+    assert_int_equal(access(stale, F_OK), -1);
+    assert_int_equal(access(old, F_OK), -1);
+    assert_int_equal(access(target, F_OK), 0);
+    assert_int_equal(access(live, F_OK), 0); /* this process lives */
+    rmdir(live);
+    unlink(target);
+}
+
+/* The remover as a non-root user (a caller without root, or a sandbox uid): folders the code
+ * made unreadable or read-only are opened up through their own descriptors and removed; a
+ * link to the user's file is removed, and the file keeps its mode. */
+static void test_rm_tree_unprivileged(void **state)
+{
+    (void)state;
+    if (geteuid() != 0) {
+        fprintf(stderr, "skipped: needs root to become an unprivileged uid\n");
+        skip();
+    }
+    pid_t pid = fork();
+    if (pid == 0) {
+        uid_t uid = SANDBOX_UID_BASE + (1u << 22) - 1; /* no supervisor has this pid */
+        if (setgid(uid) != 0 || setuid(uid) != 0)
+            _exit(10);
+        char top[] = "/tmp/af_rmtest_XXXXXX", keep[] = "/tmp/af_rmkeep_XXXXXX", p1[96], p2[96];
+        int fd = mkstemp(keep);
+        if (!mkdtemp(top) || fd < 0 || fchmod(fd, 0600) != 0)
+            _exit(11);
+        close(fd);
+        snprintf(p1, sizeof p1, "%s/locked", top);
+        snprintf(p2, sizeof p2, "%s/locked/inner", top);
+        if (mkdir(p1, 0700) != 0 || mkdir(p2, 0700) != 0)
+            _exit(12);
+        snprintf(p2, sizeof p2, "%s/locked/inner/file", top);
+        if (write_file(p2, "x", 1) != AF_OK)
+            _exit(13);
+        snprintf(p2, sizeof p2, "%s/locked/inner", top);
+        if (chmod(p2, 0500) != 0 || chmod(p1, 0) != 0)
+            _exit(14);
+        snprintf(p2, sizeof p2, "%s/link", top);
+        if (symlink(keep, p2) != 0)
+            _exit(15);
+        if (sandbox_rm_tree(top) != 0 || access(top, F_OK) == 0)
+            _exit(16);
+        struct stat st;
+        if (stat(keep, &st) != 0 || (st.st_mode & 0777) != 0600)
+            _exit(17);
+        unlink(keep);
+        _exit(0);
+    }
+    int st = 0;
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    assert_true(WIFEXITED(st));
+    assert_int_equal(WEXITSTATUS(st), 0);
+}
+
+/* ---- The cgroup -------------------------------------------------------------------------------
+ */
+
+/* Without a cgroup v2 group to use, the limits are per process, and the result says why. */
+static void test_cgroup_found_or_said(void **state)
+{
+    (void)state;
+    struct sandbox_result r;
+    run("print(1)", 0, 20, &r);
+    if (strcmp(r.limits, "cgroup") == 0) {
+        assert_string_equal(r.no_cgroup, "");
+    } else {
+        assert_string_equal(r.limits, "process");
+        assert_true(strlen(r.no_cgroup) > 10);
+        fprintf(stderr, "note: no cgroup here: %s\n", r.no_cgroup);
+    }
+    sandbox_result_deinit(&r);
+    /* A named parent that does not work is an error, not a silent downgrade. */
+    struct sandbox_params p = sandbox_default_params();
+    p.cgroup = "/nonexistent/cgroup";
+    char err[512] = "";
+    assert_int_equal(sandbox_run_python("print(1)", &p, SANDBOX_RLIMITS, &r, err, sizeof err),
+                     AF_EIO);
+    assert_non_null(strstr(err, "is not a cgroup v2 group"));
+    assert_null(r.out);
+    sandbox_result_deinit(&r);
+}
+
+static void read_text(const char *dir, const char *name, char *out, size_t cap)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    out[0] = '\0';
+    int fd = open(path, O_RDONLY);
+    assert_true(fd >= 0);
+    ssize_t n = read(fd, out, cap - 1);
+    close(fd);
+    out[n > 0 ? n : 0] = '\0';
+}
+
+/* Where this host gives the sandbox a real cgroup v2 group: four children of 256 MiB each do not
+ * all fit in a tree capped at 512 MiB, though each is far below its own 2 GiB rlimit (the issue
+ * saw four children of 1.5 GiB use 4.2 GB). Skipped elsewhere. */
+static void test_cgroup_caps_tree(void **state)
+{
+    (void)state;
+    struct sandbox_params p = sandbox_default_params();
+    p.timeout_s = 60;
+    p.tree_mem_bytes = (size_t)512 << 20;
+    struct sandbox_result r;
+    run_p("print(1)", g_bwrap, &p, &r);
+    if (strcmp(r.limits, "cgroup") != 0) {
+        fprintf(stderr, "skipped: no cgroup v2 group here (%s)\n", r.no_cgroup);
+        sandbox_result_deinit(&r);
+        skip();
+    }
+    sandbox_result_deinit(&r);
+    run_p("import os, time\npids = []\nfor i in range(4):\n    pid = os.fork()\n"
+          "    if pid == 0:\n        try:\n            b = bytearray(256 << 20)\n"
+          "            time.sleep(2)\n            os._exit(0)\n        except MemoryError:\n"
+          "            os._exit(3)\n    pids.append(pid)\n"
+          "print(sum(1 for p in pids if os.waitpid(p, 0)[1] == 0), 'fitted')",
+          g_bwrap, &p, &r);
+    /* The OOM killer may take the parent too; if it printed, fewer than four fitted. */
+    if (r.out[0])
+        assert_true(strtol(r.out, NULL, 10) < 4);
+    sandbox_result_deinit(&r);
+}
+
+/* A stand-in parent group (a plain folder with the control files a cgroup would have): each
+ * run makes its group with the tree's limits, its process joins it before exec, the group is
+ * killed at the end, and groups of dead callers are swept. The kernel's enforcement itself
+ * needs a delegated cgroup v2 group, which test_cgroup_found_or_said reports on. */
+static void test_cgroup_plumbing(void **state)
+{
+    (void)state;
+    char parent[] = "/tmp/af_cgparent_XXXXXX", stale[128], path[256];
+    assert_non_null(mkdtemp(parent));
+    snprintf(path, sizeof path, "%s/cgroup.subtree_control", parent);
+    assert_int_equal(write_file(path, "cpu memory pids\n", 16), AF_OK);
+    snprintf(stale, sizeof stale, "%s/af_sandbox_%ld_oldone", parent, (long)dead_pid());
+    assert_int_equal(mkdir(stale, 0755), 0);
+    struct sandbox_params p = sandbox_default_params();
+    p.cgroup = parent;
+    p.tree_mem_bytes = (size_t)768 << 20;
+    p.n_procs = 77;
+    for (int bwrap = 0; bwrap < 2; bwrap++) {
+        if (bwrap && !g_bwrap)
+            continue;
+        struct sandbox_result r;
+        run_p("print('in')", bwrap, &p, &r);
+        assert_string_equal(r.out, "in\n");
+        assert_string_equal(r.limits, "cgroup");
+        sandbox_result_deinit(&r);
+        DIR *d = opendir(parent);
+        struct dirent *e;
+        int n = 0;
+        char prefix[64];
+        snprintf(prefix, sizeof prefix, "af_sandbox_%ld_", (long)getpid());
+        while ((e = readdir(d)) != NULL) {
+            if (strncmp(e->d_name, prefix, strlen(prefix)) != 0)
+                continue;
+            char group[512], text[64];
+            snprintf(group, sizeof group, "%s/%s", parent, e->d_name);
+            read_text(group, "memory.max", text, sizeof text);
+            assert_string_equal(text, "805306368");
+            read_text(group, "pids.max", text, sizeof text);
+            assert_string_equal(text, "77");
+            read_text(group, "memory.swap.max", text, sizeof text);
+            assert_string_equal(text, "0");
+            read_text(group, "cgroup.procs", text, sizeof text);
+            assert_string_equal(text, "0"); /* written by the sandbox's own process */
+            read_text(group, "cgroup.kill", text, sizeof text);
+            assert_int_equal(text[0], '1'); /* by the supervisor, and again by the caller */
+            n++;
+        }
+        closedir(d);
+        assert_int_equal(n, 1);
+        assert_int_equal(access(stale, F_OK), -1); /* swept */
+        char cmd[128];
+        snprintf(cmd, sizeof cmd, "rm -rf %s/af_sandbox_*", parent);
+        assert_int_equal(system(cmd), 0);
+    }
+    snprintf(path, sizeof path, "rm -rf %s", parent);
+    assert_int_equal(system(path), 0);
+}
+
+/* Descriptors the caller holds open without close-on-exec, at the numbers the sandbox uses for
+ * its own pipes, never reach the program. */
+static void test_no_caller_fds(void **state)
+{
+    (void)state;
+    int saved[3];
+    for (int fd = 3; fd <= 5; fd++) {
+        saved[fd - 3] = fcntl(fd, F_DUPFD_CLOEXEC, 100);
+        int f = open("/etc/hostname", O_RDONLY);
+        assert_true(f >= 0);
+        if (f != fd) {
+            assert_int_equal(dup2(f, fd), fd);
+            close(f);
+        }
+    }
+    for (int bwrap = 0; bwrap < 2; bwrap++) {
+        if (bwrap && !g_bwrap)
+            continue;
+        struct sandbox_result r;
+        run("import os\nprint(sorted(int(f) for f in os.listdir('/proc/self/fd')))", bwrap, 20, &r);
+        assert_string_equal(r.out, "[0, 1, 2, 3]\n"); /* 3: listdir's own */
+        sandbox_result_deinit(&r);
+    }
+    for (int fd = 3; fd <= 5; fd++) {
+        if (saved[fd - 3] >= 0) {
+            dup2(saved[fd - 3], fd);
+            close(saved[fd - 3]);
+        } else {
+            close(fd);
+        }
+    }
+}
+
 static void test_tool_result_shape(void **state)
 {
     (void)state;
@@ -905,9 +1532,10 @@ static void test_tool_result_shape(void **state)
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
-    g_bwrap = sandbox_bwrap_works(NULL);
+    char why[512] = "";
+    g_bwrap = sandbox_bwrap_works(NULL, why, sizeof why) == 1;
     if (!g_bwrap)
-        fprintf(stderr, "test_sandbox: bubblewrap unavailable; its cases are skipped\n");
+        fprintf(stderr, "test_sandbox: bubblewrap unavailable (%s); its cases are skipped\n", why);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_tool_result_shape),
         cmocka_unit_test(test_rlimits_fallback),
@@ -916,6 +1544,7 @@ int main(void)
         cmocka_unit_test(test_bwrap_setsid_escape),
         cmocka_unit_test(test_rlimits_setsid_escape),
         cmocka_unit_test(test_parent_killed),
+        cmocka_unit_test(test_killed_early_leaves_no_folder),
         cmocka_unit_test(test_syscalls_refused),
         cmocka_unit_test(test_cli_unshare_refused),
         cmocka_unit_test(test_proc_mem),
@@ -923,6 +1552,17 @@ int main(void)
         cmocka_unit_test(test_tmpfs_fill),
         cmocka_unit_test(test_code_size),
         cmocka_unit_test(test_nul_and_invalid_utf8),
+        cmocka_unit_test(test_setup_error_text_is_output),
+        cmocka_unit_test(test_busy_bwrap_keeps_deadline),
+        cmocka_unit_test(test_unusable_bwrap_falls_back),
+        cmocka_unit_test(test_fork_bomb_spares_others),
+        cmocka_unit_test(test_fallback_kill_all_spares_others),
+        cmocka_unit_test(test_stale_tmpdirs_swept),
+        cmocka_unit_test(test_rm_tree_unprivileged),
+        cmocka_unit_test(test_cgroup_found_or_said),
+        cmocka_unit_test(test_cgroup_plumbing),
+        cmocka_unit_test(test_cgroup_caps_tree),
+        cmocka_unit_test(test_no_caller_fds),
     };
     return cmocka_run_group_tests_name("sandbox", tests, NULL, NULL);
 }

@@ -3,9 +3,11 @@
  * query, extracts the first ```python block, and runs it in the sandbox (sandbox.h). With a
  * `code` argument it runs that code directly, with no LLM.
  *
- * The bubblewrap probe runs once per tool instance; when namespaces are unavailable the
- * fallback is announced once on stderr (the one place a tool prints: the issue asks for it)
- * and in every result's `sandbox` field. AGENTFLOW_SANDBOX=rlimits forces the fallback.
+ * Every call tries bubblewrap afresh (SANDBOX_AUTO): the rlimits fallback runs only where
+ * bubblewrap is proven unusable, never because the host was busy, and is announced once per
+ * tool on stderr (the one place a tool prints: an issue asked for it) and in every result's
+ * `sandbox` field. AGENTFLOW_SANDBOX=rlimits forces the fallback; AGENTFLOW_SANDBOX=bubblewrap
+ * forbids it.
  */
 #include "agentflow/tools.h"
 
@@ -56,26 +58,27 @@ static const char *CODER_PROMPT =
     "program in a single ```python code block.\n\nQuery:\n";
 
 struct coder {
-    pthread_mutex_t mu; /* guards the one-time probe */
-    int probed;
-    int use_bwrap;
+    pthread_mutex_t mu; /* guards announced */
+    int announced;      /* the fallback notice was printed */
+    enum sandbox_mode mode;
     struct sandbox_params params;
 };
 
-static int coder_use_bwrap(struct coder *c)
+/* Prints the fallback notice the first time this tool runs code without namespaces. */
+static void announce_fallback(struct coder *c, const struct sandbox_result *r)
 {
+    if (strncmp(r->mode, "rlimits", 7) != 0)
+        return;
     pthread_mutex_lock(&c->mu);
-    if (!c->probed) {
-        c->probed = 1;
-        c->use_bwrap = !c->params.no_bwrap && sandbox_bwrap_works(c->params.python);
-        if (!c->use_bwrap)
-            fprintf(stderr, "agentflow: bubblewrap is unavailable or cannot create namespaces "
-                            "here; Python runs with rlimits and its own process group only "
-                            "(network and host files are not isolated)\n");
-    }
-    int use = c->use_bwrap;
+    if (!c->announced)
+        fprintf(stderr,
+                "agentflow: %s%s; Python runs with rlimits, its own uid and process group only "
+                "(network and host files are not isolated)\n",
+                r->fallback[0] ? "bubblewrap cannot be used here: "
+                               : "AGENTFLOW_SANDBOX=rlimits is set",
+                r->fallback);
+    c->announced = 1;
     pthread_mutex_unlock(&c->mu);
-    return use;
 }
 
 /* The first ```python block (the reference takes the first one), else the first ``` block. */
@@ -145,6 +148,7 @@ static json_t *result_json(const struct sandbox_result *r, const char *code)
     json_object_set_new(j, "duration_ms", json_real(r->duration_ms));
     json_object_set_new(j, "code", af_json_text(code));
     json_object_set_new(j, "sandbox", json_string(r->mode));
+    json_object_set_new(j, "limits", json_string(r->limits));
     return j;
 }
 
@@ -160,15 +164,28 @@ static int coder_call(void *self, const json_t *args, const struct af_tool_ctx *
         *result = json_pack("{s:s}", "error", "give either query=... or code=...");
         return AF_EINVAL;
     }
+    /* The sandbox takes C strings: a NUL byte would silently cut what follows it. */
+    const char *arg_name = code ? "code" : "query";
+    const json_t *arg_json = json_object_get(args, arg_name);
+    size_t arg_len = json_string_length(arg_json);
+    if (strlen(json_string_value(arg_json)) != arg_len) {
+        snprintf(err, sizeof err,
+                 "%s holds a NUL byte at offset %zu (of %zu bytes); it cannot be passed to "
+                 "Python, and nothing was run",
+                 arg_name, strlen(json_string_value(arg_json)), arg_len);
+        *result = json_pack("{s:o}", "error", af_json_text(err));
+        return AF_EINVAL;
+    }
     if (!code && !(code = owned = generate(ctx, query, err, sizeof err))) {
         *result = json_pack("{s:o}", "error", af_json_text(err));
         return AF_ETOOL;
     }
     struct sandbox_result r;
-    int rc = sandbox_run_python(code, &c->params, coder_use_bwrap(c), &r, err, sizeof err);
-    if (rc == AF_OK)
+    int rc = sandbox_run_python(code, &c->params, c->mode, &r, err, sizeof err);
+    if (rc == AF_OK) {
+        announce_fallback(c, &r);
         *result = result_json(&r, code);
-    else
+    } else
         *result = json_pack("{s:o,s:o}", "error", af_json_text(err), "code", af_json_text(code));
     sandbox_result_deinit(&r);
     free(owned);
@@ -189,6 +206,9 @@ struct af_tool *af_tool_python_coder_new(const json_t *opts)
     pthread_mutex_init(&c->mu, NULL);
     c->params = sandbox_default_params();
     const char *v = getenv("AGENTFLOW_SANDBOX");
-    c->params.no_bwrap = v && strcmp(v, "rlimits") == 0;
+    c->mode = !v                             ? SANDBOX_AUTO
+              : strcmp(v, "rlimits") == 0    ? SANDBOX_RLIMITS
+              : strcmp(v, "bubblewrap") == 0 ? SANDBOX_BWRAP
+                                             : SANDBOX_AUTO;
     return af_tool_new(&card, coder_call, c, coder_free);
 }

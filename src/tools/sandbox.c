@@ -1,17 +1,21 @@
 /*
  * sandbox.c - a separate, unprivileged, limited process for untrusted Python (see sandbox.h).
  *
- * Everything the child needs (argv, envp, the compiled seccomp filter) is built before
- * fork(): the parent may have other threads, so the child only makes async-signal-safe calls
- * before exec. The filter is compiled for every run (about 0.2 ms); the one process-wide fact
- * kept is which options the installed bwrap understands, probed once.
+ * One call: build everything the forked processes need (argv, envp, the compiled seccomp
+ * filter, the cgroup), fork the supervisor (sandbox_exec.c), pump the output until the
+ * deadline, collect the wait status. Whether bubblewrap's set-up failed, as opposed to the
+ * program failing, comes from bwrap itself (--json-status-fd reports "exit-code" only once the
+ * program was exec'd) and from a close-on-exec report pipe for our own steps before exec, never
+ * from the program's output: code that prints bwrap's error messages is just code. A set-up
+ * failure of a busy host is retried within the same deadline. The filter is compiled for every
+ * run (about 0.2 ms); the one process-wide fact kept is which options the installed bwrap
+ * understands, probed once.
  */
 #include "tools/sandbox.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
-#include <grp.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -20,8 +24,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
-#include <sys/resource.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -30,30 +33,34 @@
 #include "core/clock.h"
 #include "core/errf.h"
 #include "core/xalloc.h"
-#include "tools/seccomp_filter.h"
+#include "tools/sandbox_cgroup.h"
+#include "tools/sandbox_int.h"
 
 #define MAX_CODE_BYTES (100u * 1000u)
-#define BWRAP_PATH "/usr/bin/bwrap"
+#define DEFAULT_BWRAP "/usr/bin/bwrap"
 #define NOBODY_ID 65534
-#define MAX_ARGS 96
-#define SECCOMP_CHILD_FD 3 /* where the child puts the filter's memfd for bwrap --seccomp */
+#define TMP_PREFIX "af_sandbox_"
+#define MAX_SETUP_TRIES 20
 
 /* Options of the installed bwrap, from its --help (older ones lack them). */
 #define BWRAP_HAS_USERNS 1 /* --disable-userns and --assert-userns-disabled (0.8) */
 #define BWRAP_HAS_SIZE 2   /* --size before --tmpfs (0.5) */
+#define BWRAP_HAS_JSON 4   /* --json-status-fd (0.5); else --info-fd */
 
 struct sandbox_params sandbox_default_params(void)
 {
     struct sandbox_params p = {.timeout_s = 10,
                                .cpu_s = 10,
                                .mem_bytes = (size_t)2 << 30,
+                               .tree_mem_bytes = (size_t)2 << 30,
                                .file_bytes = (size_t)16 << 20,
                                .n_files = 64,
                                .n_procs = 256,
                                .output_bytes = (size_t)64 << 10,
                                .tmpfs_bytes = (size_t)64 << 20,
                                .python = "/usr/bin/python3",
-                               .no_bwrap = 0,
+                               .bwrap = DEFAULT_BWRAP,
+                               .cgroup = NULL,
                                .no_seccomp = 0};
     return p;
 }
@@ -113,23 +120,15 @@ static char *capture_finish(struct capture *c)
     return out;
 }
 
-struct argv_buf {
-    const char *v[MAX_ARGS];
-    size_t n;
-    char links[4][64]; /* readlink targets for --symlink */
-    char size[24];     /* --size for the tmpfs mounts */
-    char seccomp_fd[8];
-};
-
-static void arg(struct argv_buf *a, const char *s)
+static void arg(struct sandbox_argv *a, const char *s)
 {
-    if (a->n < MAX_ARGS - 1)
+    if (a->n < SANDBOX_MAX_ARGS - 1)
         a->v[a->n++] = s;
     a->v[a->n] = NULL;
 }
 
 /* Binds a system directory read-only, or recreates it as the symlink it is (merged /usr). */
-static void bind_sys(struct argv_buf *a, const char *dir, size_t slot)
+static void bind_sys(struct sandbox_argv *a, const char *dir, size_t slot)
 {
     struct stat st;
     if (lstat(dir, &st) != 0)
@@ -150,27 +149,27 @@ static void bind_sys(struct argv_buf *a, const char *dir, size_t slot)
 }
 
 /* ---- What the installed bwrap understands ---------------------------------------------------
- * Probed once per process from `bwrap --help` (a fact about one binary, written once under
- * pthread_once and only read afterwards). Debian 12's bwrap 0.8 has every option used here;
- * an older one runs without the options it lacks (the seccomp filter still refuses new user
- * namespaces). */
+ * Read from `bwrap --help`: for the default binary once per process (a fact about one binary,
+ * written once under pthread_once and only read afterwards), for another (tests) at each call.
+ * Debian 12's bwrap 0.8 has every option used here; an older one runs without the options it
+ * lacks (the seccomp filter still refuses new user namespaces). */
 static pthread_once_t bwrap_probe_once = PTHREAD_ONCE_INIT;
-static int bwrap_features; /* BWRAP_HAS_* */
+static int bwrap_default_features; /* BWRAP_HAS_* */
 
-static void probe_bwrap(void)
+static int probe_bwrap(const char *bwrap)
 {
     int pipe_fd[2];
     if (pipe2(pipe_fd, O_CLOEXEC) != 0)
-        return;
+        return 0;
     posix_spawn_file_actions_t fa;
     posix_spawn_file_actions_init(&fa);
     posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
     posix_spawn_file_actions_adddup2(&fa, pipe_fd[1], 1);
     posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
-    static const char *const argv[] = {BWRAP_PATH, "--help", NULL};
+    const char *const argv[] = {bwrap, "--help", NULL};
     static char *const no_env[] = {NULL};
     pid_t pid = -1;
-    int rc = posix_spawn(&pid, BWRAP_PATH, &fa, NULL, (char *const *)(uintptr_t)argv, no_env);
+    int rc = posix_spawn(&pid, bwrap, &fa, NULL, (char *const *)(uintptr_t)argv, no_env);
     posix_spawn_file_actions_destroy(&fa);
     close(pipe_fd[1]);
     char help[16384];
@@ -202,36 +201,54 @@ static void probe_bwrap(void)
         f |= BWRAP_HAS_USERNS;
     if (strstr(help, "--size"))
         f |= BWRAP_HAS_SIZE;
-    bwrap_features = f;
+    if (strstr(help, "--json-status-fd"))
+        f |= BWRAP_HAS_JSON;
+    return f;
 }
 
-static int bwrap_feature_bits(void)
+static void probe_default_bwrap(void)
 {
-    pthread_once(&bwrap_probe_once, probe_bwrap);
-    return bwrap_features;
+    bwrap_default_features = probe_bwrap(DEFAULT_BWRAP);
 }
 
-/* seccomp: whether the child gets the filter as fd SECCOMP_CHILD_FD. */
-static void bwrap_argv(struct argv_buf *a, const struct sandbox_params *p, const char *code,
-                       int seccomp)
+static int bwrap_feature_bits(const char *bwrap)
+{
+    if (strcmp(bwrap, DEFAULT_BWRAP) != 0)
+        return probe_bwrap(bwrap);
+    pthread_once(&bwrap_probe_once, probe_default_bwrap);
+    return bwrap_default_features;
+}
+
+/* seccomp: whether the sandbox gets the filter as SANDBOX_SECCOMP_FD. */
+static void bwrap_argv(struct sandbox_argv *a, const struct sandbox_params *p, const char *code,
+                       int features, int seccomp)
 {
     a->n = 0;
-    int features = bwrap_feature_bits();
-    static const char *const head[] = {BWRAP_PATH, "--unshare-all", "--die-with-parent",
-                                       "--new-session"};
+    arg(a, p->bwrap);
+    static const char *const head[] = {"--unshare-all", "--die-with-parent", "--new-session"};
     for (size_t i = 0; i < sizeof head / sizeof head[0]; i++)
         arg(a, head[i]);
     if (features & BWRAP_HAS_USERNS) {
         /* A user namespace of our own (not --unshare-all's "try"), in which no further one
-         * can be made: bwrap sets user.max_user_namespaces to 1 there, and checks it. */
-        arg(a, "--unshare-user");
-        arg(a, "--disable-userns");
-        arg(a, "--assert-userns-disabled");
+         * can be made: bwrap sets user.max_user_namespaces to 1 there, and checks it. The
+         * sandbox's own host uid is "nobody" inside. */
+        static const char *const userns[] = {"--unshare-user",
+                                             "--disable-userns",
+                                             "--assert-userns-disabled",
+                                             "--uid",
+                                             "65534",
+                                             "--gid",
+                                             "65534"};
+        for (size_t i = 0; i < sizeof userns / sizeof userns[0]; i++)
+            arg(a, userns[i]);
     }
+    snprintf(a->fd_text[0], sizeof a->fd_text[0], "%d", SANDBOX_STATUS_FD);
+    arg(a, features & BWRAP_HAS_JSON ? "--json-status-fd" : "--info-fd");
+    arg(a, a->fd_text[0]);
     if (seccomp) {
-        snprintf(a->seccomp_fd, sizeof a->seccomp_fd, "%d", SECCOMP_CHILD_FD);
+        snprintf(a->fd_text[1], sizeof a->fd_text[1], "%d", SANDBOX_SECCOMP_FD);
         arg(a, "--seccomp");
-        arg(a, a->seccomp_fd);
+        arg(a, a->fd_text[1]);
     }
     arg(a, "--ro-bind");
     arg(a, "/usr");
@@ -288,80 +305,115 @@ static void bwrap_argv(struct argv_buf *a, const struct sandbox_params *p, const
     arg(a, code);
 }
 
-static void set_limit(int what, rlim_t v)
+/* ---- Working folders left by killed callers -------------------------------------------------
+ * A caller killed with its supervisor (or by an older agentflow) leaves /tmp/af_sandbox_*
+ * behind. The first run of each process removes those whose caller is gone: af_sandbox_PID_*
+ * where PID is dead, and folders of the old form af_sandbox_XXXXXX over an hour old. Only
+ * folders (never links) owned by this user, a sandbox uid or nobody, removed through
+ * descriptors without following links. */
+static pthread_once_t tmp_sweep_once = PTHREAD_ONCE_INIT;
+
+static int sweepable_owner(uid_t uid)
 {
-    struct rlimit rl = {v, v};
-    setrlimit(what, &rl);
+    return uid == geteuid() || uid == NOBODY_ID ||
+           (uid >= SANDBOX_UID_BASE && uid - SANDBOX_UID_BASE < (1u << 22));
 }
 
-/* Everything the supervisor and the sandbox need, built before the first fork. */
-struct launch {
-    struct argv_buf a;
-    char *envp[8];
-    char *tmpdir; /* the fallback's working directory, or NULL */
-    int bwrap;
-    struct seccomp_filter filter; /* n_insns 0 without it */
+static void sweep_tmp(void)
+{
+    DIR *d = opendir("/tmp");
+    struct dirent *e;
+    time_t now = time(NULL);
+    while (d && (e = readdir(d)) != NULL) {
+        if (strncmp(e->d_name, TMP_PREFIX, strlen(TMP_PREFIX)) != 0)
+            continue;
+        struct stat st;
+        if (fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISDIR(st.st_mode) ||
+            !sweepable_owner(st.st_uid))
+            continue;
+        const char *rest = e->d_name + strlen(TMP_PREFIX);
+        char *end = NULL;
+        long pid = strtol(rest, &end, 10);
+        int stale;
+        if (end != rest && *end == '_' && pid > 0)
+            stale = pid != (long)getpid() && kill((pid_t)pid, 0) != 0 && errno == ESRCH;
+        else
+            stale = now - st.st_mtime > 3600;
+        char path[512];
+        snprintf(path, sizeof path, "/tmp/%s", e->d_name);
+        if (stale)
+            (void)sandbox_rm_tree(path);
+    }
+    if (d)
+        closedir(d);
+}
+
+/* ---- One attempt ----------------------------------------------------------------------------- */
+
+/* How one attempt's set-up went. */
+struct attempt {
+    int ran;            /* the program was exec'd (or may have been) */
+    int transient;      /* the set-up failed for a reason that may pass (EAGAIN, ENOMEM) */
+    int bwrap_unusable; /* bubblewrap cannot set up here, whatever the load */
+    int dir_taken;      /* the working folder's name was another's */
+    char why[256];
 };
 
-static void say(const char *msg)
+static int prepare(struct sandbox_launch *l, const char *code, const struct sandbox_params *p,
+                   int use_bwrap, int features, char *err, size_t errlen)
 {
-    ssize_t w = write(2, msg, strlen(msg));
-    (void)w;
+    memset(l, 0, sizeof *l);
+    l->bwrap = use_bwrap;
+    l->own_uid = geteuid() == 0;
+    l->filter.fd = l->status_fd = l->report_fd = l->cg_procs_fd = l->cg_kill_fd = -1;
+    if (!p->no_seccomp) {
+        char why[200];
+        if (seccomp_filter_build(&l->filter, why, sizeof why) != AF_OK) {
+            af_errf(err, errlen, "sandbox: %s", why);
+            return AF_EIO;
+        }
+    }
+    if (use_bwrap) {
+        bwrap_argv(&l->a, p, code, features, l->filter.fd >= 0);
+        return AF_OK;
+    }
+    /* A fresh name; the supervisor makes the folder (and removes it). */
+    static const char alnum[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+    unsigned char rnd[8];
+    if (getrandom(rnd, sizeof rnd, 0) != (ssize_t)sizeof rnd) {
+        af_errf(err, errlen, "sandbox: getrandom: %s", strerror(errno));
+        return AF_EIO;
+    }
+    char name[64];
+    int o = snprintf(name, sizeof name, "/tmp/" TMP_PREFIX "%ld_", (long)getpid());
+    for (size_t i = 0; i < sizeof rnd; i++)
+        name[o++] = alnum[rnd[i] % (sizeof alnum - 1)];
+    name[o] = '\0';
+    l->tmpdir = af_xstrdup(name);
+    static const char *const env[] = {"PATH=/usr/bin:/bin", "LANG=C.UTF-8",
+                                      "OPENBLAS_NUM_THREADS=1", "MPLBACKEND=Agg"};
+    for (size_t i = 0; i < 4; i++)
+        l->envp[i] = af_xstrdup(env[i]);
+    size_t hl = strlen(l->tmpdir) + 6;
+    l->envp[4] = af_xmalloc(hl);
+    snprintf(l->envp[4], hl, "HOME=%s", l->tmpdir);
+    arg(&l->a, p->python);
+    arg(&l->a, "-I");
+    arg(&l->a, "-c");
+    arg(&l->a, code);
+    return AF_OK;
 }
 
-/* In the child: only async-signal-safe calls from here to exec. */
-static void child(const struct sandbox_params *p, const struct launch *l, int out_fd, int err_fd,
-                  int null_fd, pid_t parent)
+/* remove_dir: whether the folder may be ours (the supervisor made it, and removed it unless it
+ * was killed too); a name found taken is another's. */
+static void release(struct sandbox_launch *l, int remove_dir)
 {
-    setpgid(0, 0);
-    dup2(null_fd, 0);
-    dup2(out_fd, 1);
-    dup2(err_fd, 2);
-    if (l->bwrap && l->filter.fd >= 0) { /* bwrap reads the filter from this fd */
-        if (l->filter.fd != SECCOMP_CHILD_FD)
-            dup2(l->filter.fd, SECCOMP_CHILD_FD);
-        else
-            fcntl(SECCOMP_CHILD_FD, F_SETFD, 0);
-        closefrom(SECCOMP_CHILD_FD + 1);
-    } else {
-        closefrom(3);
-    }
-    set_limit(RLIMIT_CPU, (rlim_t)p->cpu_s);
-    set_limit(RLIMIT_AS, (rlim_t)p->mem_bytes);
-    set_limit(RLIMIT_FSIZE, (rlim_t)p->file_bytes);
-    set_limit(RLIMIT_NOFILE, (rlim_t)p->n_files);
-    set_limit(RLIMIT_NPROC, (rlim_t)p->n_procs);
-    set_limit(RLIMIT_CORE, 0);
-    if (geteuid() == 0) {
-        /* Root is exempt from RLIMIT_NPROC and may read anything: become nobody. */
-        if (setgroups(0, NULL) != 0 || setgid(NOBODY_ID) != 0 || setuid(NOBODY_ID) != 0)
-            _exit(126);
-    }
-    /* After setuid, which clears it: die with the thread that started us. */
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (getppid() != parent)
-        _exit(126);
-    if (l->tmpdir && chdir(l->tmpdir) != 0)
-        _exit(126);
-    /* The fallback filters itself; bwrap does it for the sandbox after its own setup. */
-    if (!l->bwrap && l->filter.n_insns > 0 && seccomp_filter_install(&l->filter) != 0) {
-        say("sandbox: cannot install the seccomp filter\n");
-        _exit(126);
-    }
-    /* bwrap builds the sandbox's environment itself (--clearenv, --setenv). */
-    static char *const no_env[] = {NULL};
-    char *const *argv = (char *const *)(uintptr_t)l->a.v;
-    execve(argv[0], argv, l->bwrap ? no_env : l->envp);
-    _exit(127);
-}
-
-static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *f)
-{
-    (void)st;
-    (void)flag;
-    (void)f;
-    remove(path);
-    return 0;
+    for (size_t i = 0; i < 8; i++)
+        free(l->envp[i]);
+    seccomp_filter_deinit(&l->filter);
+    if (l->tmpdir && remove_dir)
+        (void)sandbox_rm_tree(l->tmpdir);
+    free(l->tmpdir);
 }
 
 /* Reads both pipes until EOF or the deadline; returns 1 when the deadline passed. */
@@ -392,135 +444,6 @@ static int pump(int out_fd, int err_fd, struct capture *co, struct capture *ce, 
     return 0;
 }
 
-/* ---- The supervisor ------------------------------------------------------------------------
- * The parent does not fork the sandbox itself but a supervisor, which forks it and stays. The
- * supervisor is a child subreaper (PR_SET_CHILD_SUBREAPER), so whatever the sandbox leaves
- * behind (bwrap's inner process when the outer one dies early, a child that called setsid)
- * is reparented to it rather than to init. When the sandbox's main process exits, or the
- * lifeline pipe that only the parent can write reaches EOF (the parent closed it or was
- * killed, SIGKILL included), it kills every descendant, reaps them all and exits. bwrap's
- * --die-with-parent alone left processes behind when the parent was killed while bwrap was still
- * setting up. The supervisor is a fork of a possibly threaded process, so it makes
- * async-signal-safe calls only. */
-
-/* Kills every child listed in /proc/self/task/SELF/children. Returns how many it saw. */
-static int kill_children(const char *children_path)
-{
-    int fd = open(children_path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return 0;
-    char buf[4096];
-    int n = 0;
-    ssize_t r;
-    long v = -1;
-    while ((r = read(fd, buf, sizeof buf)) > 0)
-        for (ssize_t i = 0; i < r; i++) {
-            if (buf[i] >= '0' && buf[i] <= '9') {
-                v = (v < 0 ? 0 : v * 10) + (buf[i] - '0');
-            } else if (v > 0) {
-                kill((pid_t)v, SIGKILL);
-                n++;
-                v = -1;
-            }
-        }
-    if (v > 0) {
-        kill((pid_t)v, SIGKILL);
-        n++;
-    }
-    close(fd);
-    return n;
-}
-
-static void write_all(int fd, const void *p, size_t n)
-{
-    const char *c = p;
-    while (n > 0) {
-        ssize_t w = write(fd, c, n);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0)
-            return;
-        c += w;
-        n -= (size_t)w;
-    }
-}
-
-/* Reaps what has exited; the sandbox's own wait status goes to status_fd (once). Returns 1
- * when no child is left. */
-static int reap(pid_t sandbox, int status_fd, int *reported)
-{
-    for (;;) {
-        int st = 0;
-        pid_t w = waitpid(-1, &st, WNOHANG);
-        if (w == 0)
-            return 0;
-        if (w < 0)
-            return errno == ECHILD;
-        if (w == sandbox && !*reported) {
-            write_all(status_fd, &st, sizeof st);
-            *reported = 1;
-        }
-    }
-}
-
-static void supervisor(const struct sandbox_params *p, const struct launch *l, int out_fd,
-                       int err_fd, int null_fd, int life_fd, int status_fd, pid_t parent)
-{
-    setpgid(0, 0);
-    signal(SIGPIPE, SIG_IGN); /* the parent may be gone when the status is written */
-    prctl(PR_SET_CHILD_SUBREAPER, 1);
-    if (getppid() != parent)
-        _exit(126);
-    pid_t self = getpid(), sandbox = fork();
-    if (sandbox == 0)
-        child(p, l, out_fd, err_fd, null_fd, self);
-    /* Only the sandbox writes the output pipes: the parent's reads end when it is done. */
-    close(out_fd);
-    close(err_fd);
-    close(null_fd);
-    if (sandbox < 0) {
-        int st = 127 << 8; /* reported as exit 127, as a failed exec would be */
-        write_all(status_fd, &st, sizeof st);
-        _exit(1);
-    }
-    char children[64];
-    /* snprintf is not async-signal-safe: the path by hand. */
-    char digits[24];
-    int nd = 0;
-    for (long v = (long)self; v > 0 && nd < (int)sizeof digits; v /= 10)
-        digits[nd++] = (char)('0' + v % 10);
-    static const char pre[] = "/proc/self/task/", post[] = "/children";
-    size_t o = 0;
-    memcpy(children + o, pre, sizeof pre - 1);
-    o += sizeof pre - 1;
-    while (nd > 0)
-        children[o++] = digits[--nd];
-    memcpy(children + o, post, sizeof post);
-    int reported = 0;
-    struct pollfd pf = {life_fd, POLLIN, 0};
-    for (;;) { /* until the sandbox's main process exits or the lifeline ends */
-        if (poll(&pf, 1, 10) > 0) {
-            char b;
-            ssize_t r = read(life_fd, &b, 1);
-            if (r == 0 || (r < 0 && errno != EINTR && errno != EAGAIN))
-                break;
-        }
-        (void)reap(sandbox, status_fd, &reported);
-        if (reported) /* the main process is done: what it left behind goes with it */
-            break;
-    }
-    kill(-sandbox, SIGKILL);
-    for (;;) {
-        if (reap(sandbox, status_fd, &reported))
-            break;
-        if (kill_children(children) == 0) {
-            struct timespec ts = {0, 2000000};
-            nanosleep(&ts, NULL);
-        }
-    }
-    _exit(0);
-}
-
 /* The sandbox's wait status from the supervisor, by the deadline. Returns 1 on time-out. */
 static int read_status(int fd, double deadline, int *status, int *got)
 {
@@ -547,80 +470,194 @@ static int read_status(int fd, double deadline, int *status, int *got)
     return 0;
 }
 
-static int prepare(struct launch *l, const char *code, const struct sandbox_params *p,
-                   int use_bwrap, char *err, size_t errlen)
+/* What is left in a pipe whose writers are all gone (bounded; never blocks). */
+static size_t drain(int fd, char *buf, size_t cap)
 {
-    memset(l, 0, sizeof *l);
-    l->bwrap = use_bwrap;
-    l->filter.fd = -1;
-    if (!p->no_seccomp) {
-        char why[200];
-        if (seccomp_filter_build(&l->filter, why, sizeof why) != AF_OK) {
-            af_errf(err, errlen, "sandbox: %s", why);
-            return AF_EIO;
+    size_t n = 0;
+    if (fd < 0)
+        return 0;
+    fcntl(fd, F_SETFL, O_NONBLOCK);
+    while (n < cap - 1) {
+        ssize_t r = read(fd, buf + n, cap - 1 - n);
+        if (r > 0)
+            n += (size_t)r;
+        else if (r == 0 || errno != EINTR)
+            break;
+    }
+    buf[n] = '\0';
+    return n;
+}
+
+static const char *step_name(int step)
+{
+    static const char *const names[] = {"?",
+                                        "joining the cgroup",
+                                        "handing over the folder",
+                                        "switching uid",
+                                        "checking the supervisor",
+                                        "entering the folder",
+                                        "installing the seccomp filter",
+                                        "starting the program",
+                                        "forking",
+                                        "making the working folder"};
+    return step > 0 && step < (int)(sizeof names / sizeof names[0]) ? names[step] : names[0];
+}
+
+/* bwrap's own message: the first stderr line that starts with "bwrap:", else all of it. */
+static void bwrap_message(const char *err_text, char *out, size_t cap)
+{
+    const char *m = strstr(err_text, "bwrap:");
+    if (!m)
+        m = err_text;
+    snprintf(out, cap, "%.*s", (int)strcspn(m, "\n"), m);
+}
+
+/* A set-up error that passes once other sandboxes end or memory frees up. Running out of
+ * user namespaces is one too, unless the host allows none at all. */
+static int transient_message(const char *msg)
+{
+    if (strstr(msg, "Resource temporarily unavailable") || strstr(msg, "Cannot allocate memory"))
+        return 1;
+    if (!strstr(msg, "No space left on device"))
+        return 0;
+    char v[32] = "";
+    FILE *f = fopen("/proc/sys/user/max_user_namespaces", "re");
+    if (f) {
+        if (!fgets(v, sizeof v, f))
+            v[0] = '\0';
+        fclose(f);
+    }
+    return strtol(v, NULL, 10) != 0;
+}
+
+/* Whether the program ran, from the report pipe (our steps), bwrap's status, the time-out. */
+static void classify(struct attempt *at, const struct sandbox_result *r, int use_bwrap,
+                     int features, const char *status_text, const int *report, size_t n_report)
+{
+    memset(at, 0, sizeof *at);
+    if (n_report == 2 * sizeof(int)) {
+        int e = report[1];
+        snprintf(at->why, sizeof at->why, "%s failed: %s", step_name(report[0]), strerror(e));
+        at->transient = e == EAGAIN || e == ENOMEM || e == EINTR;
+        at->bwrap_unusable = use_bwrap && report[0] == STEP_EXEC && !at->transient;
+        at->dir_taken = report[0] == STEP_MKDIR;
+        return;
+    }
+    if (!use_bwrap || r->timed_out) {
+        at->ran = 1;
+        return;
+    }
+    /* bwrap writes "exit-code" only after exec'ing the program; --info-fd's "child-pid" comes
+     * earlier, once the namespaces exist, so the program may have run: count it as run. */
+    at->ran =
+        strstr(status_text, features & BWRAP_HAS_JSON ? "\"exit-code\"" : "child-pid") != NULL;
+    if (at->ran)
+        return;
+    if (r->err && r->err[0])
+        bwrap_message(r->err, at->why, sizeof at->why);
+    else
+        snprintf(at->why, sizeof at->why, "bwrap ended (status %d, signal %d) before the program",
+                 r->exit_status, r->term_signal);
+    at->transient = transient_message(at->why);
+    at->bwrap_unusable = !at->transient;
+}
+
+/* Waits for the supervisor (it kills and reaps the tree once the lifeline closes); one stuck
+ * past 10 s is ended here. */
+static void wait_supervisor(pid_t pid)
+{
+    for (double until = af_clock_ms() + 10000; af_clock_ms() < until;) {
+        pid_t w = waitpid(pid, NULL, WNOHANG);
+        if (w == pid || (w < 0 && errno != EINTR))
+            return;
+        af_clock_sleep_ms(2);
+    }
+    kill(-pid, SIGKILL);
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+}
+
+static void close_pair(int *p)
+{
+    for (int i = 0; i < 2; i++)
+        if (p[i] >= 0) {
+            close(p[i]);
+            p[i] = -1;
         }
-    }
-    if (use_bwrap) {
-        bwrap_argv(&l->a, p, code, l->filter.fd >= 0);
-        return AF_OK;
-    }
-    char tmpl[] = "/tmp/af_sandbox_XXXXXX";
-    if (!mkdtemp(tmpl)) {
-        af_errf(err, errlen, "sandbox: cannot create a working directory: %s", strerror(errno));
-        return AF_EIO;
-    }
-    l->tmpdir = af_xstrdup(tmpl);
-    if (geteuid() == 0 && chown(l->tmpdir, NOBODY_ID, NOBODY_ID) != 0) {
-        af_errf(err, errlen, "sandbox: cannot hand %s to nobody: %s", l->tmpdir, strerror(errno));
-        return AF_EIO;
-    }
-    static const char *const env[] = {"PATH=/usr/bin:/bin", "LANG=C.UTF-8",
-                                      "OPENBLAS_NUM_THREADS=1", "MPLBACKEND=Agg"};
-    for (size_t i = 0; i < 4; i++)
-        l->envp[i] = af_xstrdup(env[i]);
-    size_t hl = strlen(l->tmpdir) + 6;
-    l->envp[4] = af_xmalloc(hl);
-    snprintf(l->envp[4], hl, "HOME=%s", l->tmpdir);
-    arg(&l->a, p->python);
-    arg(&l->a, "-I");
-    arg(&l->a, "-c");
-    arg(&l->a, code);
-    return AF_OK;
 }
 
-static void release(struct launch *l)
+/* The caller's side of a started run (pipes as in run_once): the output until the deadline,
+ * the wait status, the supervisor's end, then how the set-up went. Closes the caller's copies
+ * of the write ends and the lifeline; run_once closes the rest. */
+static void collect(pid_t pid, int pipes[6][2], const struct sandbox_params *p, int use_bwrap,
+                    int features, double deadline, struct sandbox_result *r, struct attempt *at)
 {
-    for (size_t i = 0; i < 8; i++)
-        free(l->envp[i]);
-    seccomp_filter_deinit(&l->filter);
-    if (l->tmpdir) {
-        nftw(l->tmpdir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
-        free(l->tmpdir);
-    }
+    int *mine[] = {&pipes[0][1], &pipes[1][1], &pipes[2][0],
+                   &pipes[3][1], &pipes[4][1], &pipes[5][1]};
+    for (size_t i = 0; i < 6; i++)
+        if (*mine[i] >= 0) {
+            close(*mine[i]);
+            *mine[i] = -1;
+        }
+    struct capture co, ce;
+    capture_init(&co, p->output_bytes);
+    capture_init(&ce, p->output_bytes);
+    r->timed_out = pump(pipes[0][0], pipes[1][0], &co, &ce, deadline);
+    int status = 0, got = 0;
+    if (!r->timed_out)
+        r->timed_out = read_status(pipes[3][0], deadline, &status, &got);
+    /* Whatever is left of the tree goes, on every path: closing the lifeline tells the
+     * supervisor to kill and reap every descendant. Waiting for it (bounded) also keeps a
+     * fork bomb's remains from counting against the next run's process limit. */
+    close(pipes[2][1]);
+    pipes[2][1] = -1;
+    if (!got)
+        (void)read_status(pipes[3][0], af_clock_ms() + 5000, &status, &got);
+    if (!got)
+        status = SIGKILL; /* no report: count it as killed */
+    wait_supervisor(pid);
+    r->exit_status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    r->term_signal = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
+    r->out = capture_finish(&co);
+    r->err = capture_finish(&ce);
+    char status_text[4096], rep[2 * sizeof(int) + 1];
+    int report[2] = {0, 0};
+    drain(pipes[5][0], status_text, sizeof status_text);
+    size_t n_rep = drain(pipes[4][0], rep, sizeof rep);
+    memcpy(report, rep, sizeof report);
+    classify(at, r, use_bwrap, features, status_text, report, n_rep);
 }
 
-static int run_once(const char *code, const struct sandbox_params *p, int use_bwrap,
-                    struct sandbox_result *r, char *err, size_t errlen)
+/* One sandbox run until `deadline`. Returns 0 with *r and *at filled, or an error (nothing was
+ * started, *r is empty). */
+static int run_once(const char *code, const struct sandbox_params *p, int use_bwrap, int features,
+                    double deadline, struct sandbox_result *r, struct attempt *at, char *err,
+                    size_t errlen)
 {
     memset(r, 0, sizeof *r);
-    if (p->no_seccomp)
-        r->mode = use_bwrap ? "bubblewrap" : "rlimits";
-    else
-        r->mode = use_bwrap ? "bubblewrap+seccomp" : "rlimits+seccomp";
-    if (strlen(code) > MAX_CODE_BYTES) {
-        af_errf(err, errlen, "sandbox: the code is %zu bytes, over the limit of %u", strlen(code),
-                MAX_CODE_BYTES);
-        return AF_ETOOBIG;
+    struct sandbox_cgroup cg;
+    char no_cg[256] = "";
+    int cg_rc =
+        sandbox_cgroup_init(&cg, p->cgroup, p->tree_mem_bytes, p->n_procs, no_cg, sizeof no_cg);
+    struct sandbox_launch l;
+    int rc = cg_rc < 0 ? AF_EIO : prepare(&l, code, p, use_bwrap, features, err, errlen);
+    if (cg_rc < 0) {
+        af_errf(err, errlen, "sandbox: %s", no_cg);
+        memset(&l, 0, sizeof l);
     }
-    struct launch l;
-    int rc = prepare(&l, code, p, use_bwrap, err, errlen);
-    int out_p[2] = {-1, -1}, err_p[2] = {-1, -1}, life_p[2] = {-1, -1}, st_p[2] = {-1, -1};
+    /* out, err, lifeline, wait status, set-up report, bwrap's status */
+    int pipes[6][2] = {{-1, -1}, {-1, -1}, {-1, -1}, {-1, -1}, {-1, -1}, {-1, -1}};
     int null_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
-    if (rc == AF_OK && (null_fd < 0 || pipe2(out_p, O_CLOEXEC) || pipe2(err_p, O_CLOEXEC) ||
-                        pipe2(life_p, O_CLOEXEC) || pipe2(st_p, O_CLOEXEC))) {
-        af_errf(err, errlen, "sandbox: cannot create pipes: %s", strerror(errno));
-        rc = AF_EIO;
-    }
+    for (int i = 0; rc == AF_OK && i < (use_bwrap ? 6 : 5); i++)
+        if (pipe2(pipes[i], O_CLOEXEC) != 0 || null_fd < 0) {
+            af_errf(err, errlen, "sandbox: cannot create pipes: %s", strerror(errno));
+            rc = AF_EIO;
+        }
+    l.report_fd = pipes[4][1];
+    l.status_fd = pipes[5][1];
+    l.cg_procs_fd = cg.procs_fd;
+    l.cg_kill_fd = cg.kill_fd;
+    l.cg_dir = cg.dir;
     pid_t parent = getpid();
     pid_t pid = rc == AF_OK ? fork() : -1;
     if (rc == AF_OK && pid < 0) {
@@ -628,99 +665,108 @@ static int run_once(const char *code, const struct sandbox_params *p, int use_bw
         rc = AF_EIO;
     }
     if (pid == 0) {
-        /* The supervisor keeps the lifeline's read end and the status pipe's write end. */
-        close(life_p[1]);
-        close(st_p[0]);
-        close(out_p[0]);
-        close(err_p[0]);
-        supervisor(p, &l, out_p[1], err_p[1], null_fd, life_p[0], st_p[1], parent);
+        /* The supervisor keeps the lifeline's read end and the wait pipe's write end. */
+        close(pipes[2][1]);
+        close(pipes[3][0]);
+        close(pipes[0][0]);
+        close(pipes[1][0]);
+        close(pipes[4][0]);
+        if (pipes[5][0] >= 0)
+            close(pipes[5][0]);
+        sandbox_supervise(p, &l, pipes[0][1], pipes[1][1], null_fd, pipes[2][0], pipes[3][1],
+                          parent);
     }
     if (rc == AF_OK) {
         setpgid(pid, pid);
-        close(out_p[1]);
-        close(err_p[1]);
-        close(life_p[0]);
-        close(st_p[1]);
-        out_p[1] = err_p[1] = life_p[0] = st_p[1] = -1;
-        double t0 = af_clock_ms(), deadline = t0 + p->timeout_s * 1000.0;
-        struct capture co, ce;
-        capture_init(&co, p->output_bytes);
-        capture_init(&ce, p->output_bytes);
-        r->timed_out = pump(out_p[0], err_p[0], &co, &ce, deadline);
-        int status = 0, got = 0;
-        if (!r->timed_out)
-            r->timed_out = read_status(st_p[0], deadline, &status, &got);
-        /* Whatever is left of the tree goes, on every path: closing the lifeline tells the
-         * supervisor to kill and reap every descendant. Waiting for it (bounded) also keeps a
-         * fork bomb's remains from counting against the next run's process limit. */
-        close(life_p[1]);
-        life_p[1] = -1;
-        if (!got)
-            (void)read_status(st_p[0], af_clock_ms() + 5000, &status, &got);
-        if (!got)
-            status = SIGKILL; /* no report: count it as killed */
-        for (double until = af_clock_ms() + 10000; af_clock_ms() < until;) {
-            pid_t w = waitpid(pid, NULL, WNOHANG);
-            if (w == pid || (w < 0 && errno != EINTR))
-                break;
-            af_clock_sleep_ms(2);
-        }
-        if (waitpid(pid, NULL, WNOHANG) == 0) { /* a supervisor stuck past 10 s: end it */
-            kill(-pid, SIGKILL);
-            kill(pid, SIGKILL);
-            waitpid(pid, NULL, 0);
-        }
-        r->duration_ms = af_clock_ms() - t0;
-        r->exit_status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-        r->term_signal = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
-        r->out = capture_finish(&co);
-        r->err = capture_finish(&ce);
+        collect(pid, pipes, p, use_bwrap, features, deadline, r, at);
+        r->limits = cg_rc == 1 ? "cgroup" : "process";
+        snprintf(r->no_cgroup, sizeof r->no_cgroup, "%s", cg_rc == 1 ? "" : no_cg);
     }
-    for (int i = 0; i < 2; i++) {
-        if (life_p[i] >= 0)
-            close(life_p[i]);
-        if (st_p[i] >= 0)
-            close(st_p[i]);
-    }
-    for (int i = 0; i < 2; i++) {
-        if (out_p[i] >= 0)
-            close(out_p[i]);
-        if (err_p[i] >= 0)
-            close(err_p[i]);
-    }
+    for (int i = 0; i < 6; i++)
+        close_pair(pipes[i]);
     if (null_fd >= 0)
         close(null_fd);
-    release(&l);
+    if (cg_rc >= 0)
+        release(&l, rc == AF_OK && !at->dir_taken);
+    sandbox_cgroup_deinit(&cg);
     return rc;
 }
 
-/* bwrap fails with EAGAIN while the processes of an earlier run (a fork bomb) still count
- * against nobody's process limit; that is worth a few short retries. */
-int sandbox_run_python(const char *code, const struct sandbox_params *p, int use_bwrap,
-                       struct sandbox_result *r, char *err, size_t errlen)
+static void set_mode(struct sandbox_result *r, const struct sandbox_params *p, int use_bwrap)
 {
-    for (int attempt = 0;; attempt++) {
-        int rc = run_once(code, p, use_bwrap, r, err, errlen);
-        if (rc != AF_OK || !use_bwrap || attempt == 10 || r->exit_status != 1 ||
-            !strstr(r->err, "bwrap: Creating new namespace failed: Resource temporarily"))
-            return rc;
-        sandbox_result_deinit(r);
-        af_clock_sleep_ms(100.0 * (attempt + 1));
-    }
+    if (p->no_seccomp)
+        r->mode = use_bwrap ? "bubblewrap" : "rlimits";
+    else
+        r->mode = use_bwrap ? "bubblewrap+seccomp" : "rlimits+seccomp";
 }
 
-int sandbox_bwrap_works(const char *python)
+int sandbox_run_python(const char *code, const struct sandbox_params *p, enum sandbox_mode mode,
+                       struct sandbox_result *r, char *err, size_t errlen)
 {
-    if (access(BWRAP_PATH, X_OK) != 0)
-        return 0;
+    memset(r, 0, sizeof *r);
+    if (strlen(code) > MAX_CODE_BYTES) {
+        af_errf(err, errlen, "sandbox: the code is %zu bytes, over the limit of %u", strlen(code),
+                MAX_CODE_BYTES);
+        return AF_ETOOBIG;
+    }
+    pthread_once(&tmp_sweep_once, sweep_tmp);
+    double t0 = af_clock_ms(), deadline = t0 + p->timeout_s * 1000.0;
+    int use_bwrap = mode != SANDBOX_RLIMITS;
+    char fallback[256] = "";
+    if (use_bwrap && access(p->bwrap, X_OK) != 0) {
+        if (mode == SANDBOX_BWRAP) {
+            af_errf(err, errlen, "sandbox: cannot run %s: %s", p->bwrap, strerror(errno));
+            return AF_EIO;
+        }
+        snprintf(fallback, sizeof fallback, "cannot run %s: %s", p->bwrap, strerror(errno));
+        use_bwrap = 0;
+    }
+    int features = use_bwrap ? bwrap_feature_bits(p->bwrap) : 0;
+    for (int n = 1;; n++) {
+        struct attempt at;
+        int rc = run_once(code, p, use_bwrap, features, deadline, r, &at, err, errlen);
+        if (rc != AF_OK)
+            return rc;
+        r->attempts = n;
+        if (at.ran)
+            break;
+        double backoff = n * 50.0 < 500 ? n * 50.0 : 500, left = deadline - af_clock_ms();
+        sandbox_result_deinit(r);
+        if (at.transient && n < MAX_SETUP_TRIES && left > 2 * backoff) {
+            af_clock_sleep_ms(backoff);
+            continue;
+        }
+        if (at.bwrap_unusable && use_bwrap && mode == SANDBOX_AUTO) {
+            snprintf(fallback, sizeof fallback, "%s", at.why);
+            use_bwrap = 0;
+            continue;
+        }
+        af_errf(err, errlen, "sandbox: %s (%d %s): %s; the code did not run",
+                at.transient ? "the host stayed too busy to set up the sandbox before the deadline"
+                             : "the sandbox could not be set up",
+                n, n == 1 ? "try" : "tries", at.why);
+        return AF_EIO;
+    }
+    set_mode(r, p, use_bwrap);
+    snprintf(r->fallback, sizeof r->fallback, "%s", fallback);
+    r->duration_ms = af_clock_ms() - t0;
+    return AF_OK;
+}
+
+int sandbox_bwrap_works(const char *python, char *why, size_t whylen)
+{
     struct sandbox_params p = sandbox_default_params();
     p.timeout_s = 20;
     if (python)
         p.python = python;
     struct sandbox_result r;
-    char err[256];
-    int ok = sandbox_run_python("print('ok')", &p, 1, &r, err, sizeof err) == AF_OK &&
-             r.exit_status == 0 && r.out && strcmp(r.out, "ok\n") == 0;
+    char err[512] = "";
+    int rc = sandbox_run_python("print('ok')", &p, SANDBOX_BWRAP, &r, err, sizeof err);
+    int ok = rc == AF_OK && r.exit_status == 0 && r.out && strcmp(r.out, "ok\n") == 0;
+    if (!ok)
+        af_errf(why, whylen, "%s", rc != AF_OK ? err : r.timed_out ? "timed out" : r.err);
     sandbox_result_deinit(&r);
-    return ok;
+    if (ok)
+        return 1;
+    return rc != AF_OK && !strstr(err, "too busy") ? 0 : -1;
 }

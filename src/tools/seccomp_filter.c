@@ -111,6 +111,13 @@ static int add_rules(scmp_filter_ctx ctx, const char **what)
         if (seccomp_rule_add(ctx, eperm, SCMP_SYS(ioctl), 1,
                              SCMP_A1(SCMP_CMP_MASKED_EQ, 0xffffffffu, tty[i])) != 0)
             return -1;
+    /* kill(-1, ...) signals every process the caller may signal. A sandbox started as root
+     * has a uid of its own, but one started by another user shares that user's uid with the
+     * caller and its other sandboxes. The kernel reads the pid as an int: the low 32 bits. */
+    *what = "kill";
+    if (seccomp_rule_add(ctx, eperm, SCMP_SYS(kill), 1,
+                         SCMP_A0(SCMP_CMP_MASKED_EQ, 0xffffffffu, 0xffffffffu)) != 0)
+        return -1;
     return 0;
 }
 

@@ -4,10 +4,10 @@
  * A deny list in the spirit of Docker's default profile and Flatpak's: everything is allowed
  * except the syscalls that create or enter namespaces, mount, trace other processes, load
  * kernel code, or reach the kernel's riskiest interfaces (bpf, perf, userfaultfd, keyrings,
- * io_uring). A refused call fails with EPERM (clone3 with ENOSYS, so that glibc falls back to
- * clone, whose flags the filter can see); nothing is killed, so Python reports the error.
- * Syscalls of another ABI (32-bit int 0x80 and x32 on x86_64) fail with EPERM as a whole: the
- * list names native syscall numbers only. The list and the reasons are in README.md.
+ * io_uring), and kill(-1, ...). A refused call fails with EPERM (clone3 with ENOSYS, so that glibc
+ * falls back to clone, whose flags the filter can see); nothing is killed, so Python reports the
+ * error. Syscalls of another ABI (32-bit int 0x80 and x32 on x86_64) fail with EPERM as a whole:
+ * the list names native syscall numbers only. The list and the reasons are in README.md.
  *
  * The filter is compiled with libseccomp in the parent, to classic BPF in memory and in a
  * sealed memfd: bubblewrap reads the memfd (--seccomp FD); the rlimits fallback installs the
