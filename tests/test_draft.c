@@ -1,8 +1,10 @@
 /*
- * test_draft.c - prompt-lookup drafts in the engine (af_engine_params.draft_max): with the
+ * test_draft.c - the scheduler's drafts and KV budget. Prompt-lookup drafts
+ * (af_engine_params.draft_max): with the
  * batch-invariant engine, a generation with drafts writes the same ids, text and log-probs as
  * one without, greedy and sampled, alone and beside other generations; drafts are tried and
- * some are kept on a prompt that repeats itself.
+ * some are kept on a prompt that repeats itself. A KV budget (kv_budget_bytes) pauses and
+ * resumes generations without changing what they write.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -42,18 +44,24 @@ static int teardown(void **state)
     return 0;
 }
 
-static struct af_engine *load(int draft)
+static struct af_engine *load_budget(int draft, size_t kv_budget_bytes)
 {
     struct af_engine_params p = af_engine_default_params();
     p.n_threads = 2;
     p.n_ctx = 1024;
     p.batch_invariant = 1;
     p.draft_max = draft;
+    p.kv_budget_bytes = kv_budget_bytes;
     struct af_engine *e = NULL;
     char err[512];
     if (af_engine_load(g_model, &p, &e, err, sizeof err) != AF_OK)
         fail_msg("%s", err);
     return e;
+}
+
+static struct af_engine *load(int draft)
+{
+    return load_budget(draft, 0);
 }
 
 /* A prompt that repeats, so that its last tokens occur earlier in it. */
@@ -160,11 +168,44 @@ static void test_same_output_beside_others(void **state)
     af_engine_free(drafting);
 }
 
+/* A KV budget too small for three generations at once: the newest is paused, its KV handed to
+ * the prefix cache, and resumed later; each still writes what it writes alone. */
+static void test_kv_budget_preempts(void **state)
+{
+    (void)state;
+    struct af_engine *plain = load(0);
+    /* tiny: 2 layers x (K + V) x 2 KV heads x 16 dims x 4 bytes = 512 bytes a token; a
+     * generation here holds about 250 tokens, so 400 tokens fit one and a half of them. */
+    struct af_engine *tight = load_budget(2, 400 * 512);
+    struct gen alone[3], together[3];
+    pthread_t th[3];
+    for (int i = 0; i < 3; i++) {
+        alone[i] = (struct gen){plain, i == 1 ? 0.0f : 0.8f, (uint64_t)i + 7, {0}};
+        together[i] = (struct gen){tight, alone[i].temp, alone[i].seed, {0}};
+        generate(&alone[i]);
+    }
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(pthread_create(&th[i], NULL, gen_thread, &together[i]), 0);
+    for (int i = 0; i < 3; i++)
+        pthread_join(th[i], NULL);
+    for (int i = 0; i < 3; i++) {
+        assert_same(&alone[i].r, &together[i].r);
+        af_engine_result_deinit(&alone[i].r);
+        af_engine_result_deinit(&together[i].r);
+    }
+    assert_int_equal(batching_field(tight, "kv_budget_tokens"), 400);
+    assert_true(batching_field(tight, "preempted") > 0);
+    assert_int_equal(batching_field(plain, "preempted"), 0);
+    af_engine_free(plain);
+    af_engine_free(tight);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_same_output_greedy_and_sampled),
         cmocka_unit_test(test_same_output_beside_others),
+        cmocka_unit_test(test_kv_budget_preempts),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -35,6 +35,10 @@ struct af_engine_params {
                                   in the prompt or output, checked in the same step; the text
                                   is what it would be without (same sampling draws); 0 = off
                                   (default), at most 32 */
+    size_t kv_budget_bytes;    /* KV memory the running generations may hold together: past
+                                  it new ones wait, and the newest running one is paused (its
+                                  KV handed to the prefix cache) and resumed later with the same
+                                  text; one generation always runs. 0 = no limit (default) */
 };
 struct af_engine_params af_engine_default_params(void);
 

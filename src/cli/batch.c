@@ -43,6 +43,7 @@ enum {
     OPT_PREFILL_CHUNK,
     OPT_MAX_BATCH,
     OPT_DRAFT,
+    OPT_KV_BUDGET,
     OPT_CHAT_TEMPLATE,
     OPT_LAST_SHARED
 };
@@ -85,6 +86,7 @@ static const struct option common_opts[] = {
     {"ctx", required_argument, 0, OPT_CTX},
     {"prefill-chunk", required_argument, 0, OPT_PREFILL_CHUNK},
     {"draft", required_argument, 0, OPT_DRAFT},
+    {"kv-budget", required_argument, 0, OPT_KV_BUDGET},
     {"max-batch", required_argument, 0, OPT_MAX_BATCH},
     {"chat-template", required_argument, 0, OPT_CHAT_TEMPLATE},
 };
@@ -199,6 +201,11 @@ int run_args_handle(struct run_args *a, const char *cmd, int o, const char *arg)
         json_object_set_new(a->flags, o == OPT_MAX_BATCH ? "max_batch" : "prefill_chunk",
                             json_integer((json_int_t)d));
         return 1;
+    case OPT_KV_BUDGET:
+        if (run_parse_number(cmd, "kv-budget", arg, 0, 1 << 24, &d))
+            return -1;
+        json_object_set_new(a->flags, "kv_budget_mb", json_integer((json_int_t)d));
+        return 1;
     case OPT_DRAFT:
         if (run_parse_number(cmd, "draft", arg, 0, 32, &d))
             return -1;
@@ -235,6 +242,8 @@ void run_common_usage(FILE *f)
                "  --max-batch N      generations decoded together (64)\n"
                "  --draft N          prompt-lookup decoding: guess up to N tokens per step from\n"
                "                     the prompt and check them in the same step (0 = off)\n"
+               "  --kv-budget MB     KV memory of the running generations: past it the newest\n"
+               "                     is paused and resumed later, same text (0 = no limit)\n"
                "\n"
                "flow:\n"
                "  --max-steps N      turns (default 10)\n"

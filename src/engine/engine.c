@@ -96,6 +96,11 @@ int af_engine_load(const char *path, const struct af_engine_params *p, struct af
     fwd_ctx_set_invariant(e->fc, p->batch_invariant);
     e->invariant = p->batch_invariant != 0;
     e->draft_max = p->draft_max < 0 ? 0 : p->draft_max > 32 ? 32 : p->draft_max;
+    const size_t tok_bytes =
+        (size_t)(m->hp.n_layer * 2 * m->hp.n_head_kv * m->hp.head_dim) * sizeof(float);
+    e->kv_budget_tokens = p->kv_budget_bytes ? (int64_t)(p->kv_budget_bytes / tok_bytes) : 0;
+    if (p->kv_budget_bytes && e->kv_budget_tokens < 1)
+        e->kv_budget_tokens = 1;
     e->pc_seqs = p->prefix_cache_seqs;
     e->pc_bytes = p->prefix_cache_bytes;
     e->pc = prefix_cache_new(m, e->pc_seqs, e->pc_bytes);
@@ -325,6 +330,10 @@ char *af_engine_info_json(struct af_engine *e)
                   "decode_rows", (json_int_t)e->n_rows, "widest_step", (json_int_t)e->max_rows,
                   "batch_invariant", e->invariant, "draft_max", e->draft_max, "drafted",
                   (json_int_t)e->n_drafted, "draft_kept", (json_int_t)e->n_draft_kept));
+    json_object_set_new(json_object_get(j, "batching"), "kv_budget_tokens",
+                        json_integer((json_int_t)e->kv_budget_tokens));
+    json_object_set_new(json_object_get(j, "batching"), "preempted",
+                        json_integer((json_int_t)e->n_preempted));
     pthread_mutex_unlock(&e->mu);
     char *s = json_dumps(j, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
     json_decref(j);

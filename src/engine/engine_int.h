@@ -32,18 +32,20 @@ struct af_engine {
     size_t pc_bytes;
     pthread_mutex_t mu; /* the queue, the busy flag; the rest belongs to whoever is busy */
     pthread_cond_t idle_cv;
-    int busy;              /* a thread drives the scheduler or runs an exclusive call */
-    struct gen_req *queue; /* generations not yet finished, oldest first */
-    int prefill_chunk;     /* prompt tokens one request evaluates per scheduler step */
-    int max_batch;         /* sequences decoded together */
-    int invariant;         /* batch_invariant mode */
-    int draft_max;         /* prompt-lookup draft tokens per request and step; 0 = off */
-    float *step_logits;    /* [max_batch][n_vocab] */
-    void **owned_w;        /* weight buffers set by af_engine_set_weights (freed with the engine) */
+    int busy;                 /* a thread drives the scheduler or runs an exclusive call */
+    struct gen_req *queue;    /* generations not yet finished, oldest first */
+    int prefill_chunk;        /* prompt tokens one request evaluates per scheduler step */
+    int max_batch;            /* sequences decoded together */
+    int invariant;            /* batch_invariant mode */
+    int draft_max;            /* prompt-lookup draft tokens per request and step; 0 = off */
+    int64_t kv_budget_tokens; /* KV tokens the running generations may hold; 0 = no limit */
+    float *step_logits;       /* [max_batch][n_vocab] */
+    void **owned_w; /* weight buffers set by af_engine_set_weights (freed with the engine) */
     size_t n_owned_w;
     /* counters of the scheduler (under mu): decode steps, rows they ran, the widest one */
     long long n_steps, n_rows, max_rows;
     long long n_drafted, n_draft_kept; /* draft tokens tried and kept (driver only) */
+    long long n_preempted;             /* generations paused for the KV budget (under mu) */
 };
 
 /* Waits until no thread is busy (and, with drain, no generation is queued or running), then

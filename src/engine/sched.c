@@ -37,7 +37,13 @@ struct gen_req {
     struct af_buf text;
     size_t cap;
     const int32_t *prompt;
-    int64_t n_prompt, fed; /* prompt tokens in the sequence */
+    int64_t n_prompt;
+    /* What the sequence must hold before decoding: the prompt, or after a preemption the
+     * prompt and the tokens generated so far (resume, owned). fed of n_feed are in it. */
+    const int32_t *feed;
+    int32_t *resume;
+    int64_t n_feed, fed;
+    int resumed; /* the sequence is being rebuilt after a preemption: nothing to sample */
     struct kv_seq *seq;
     struct sampler *smp;
     int32_t pending; /* the token the next decode step feeds */
@@ -179,12 +185,13 @@ static void fail_req(struct gen_req *g, int rc, const char *err)
 static void prefill_chunk(struct af_engine *e, struct gen_req *g)
 {
     char err[512] = "";
-    const int64_t left = g->n_prompt - g->fed;
+    const int64_t left = g->n_feed - g->fed;
     const int64_t n = left < e->prefill_chunk ? left : e->prefill_chunk;
     const int last = n == left;
     const double t0 = af_clock_ms();
-    int rc = fwd_eval(e->fc, g->seq, g->prompt + g->fed, n,
-                      last ? FWD_LOGITS_LAST : FWD_LOGITS_NONE, e->logits, err, sizeof err);
+    int rc = fwd_eval(e->fc, g->seq, g->feed + g->fed, n,
+                      last && !g->resumed ? FWD_LOGITS_LAST : FWD_LOGITS_NONE, e->logits, err,
+                      sizeof err);
     g->r->prefill_ms += af_clock_ms() - t0;
     if (rc) {
         fail_req(g, rc, err);
@@ -193,6 +200,11 @@ static void prefill_chunk(struct af_engine *e, struct gen_req *g)
     g->fed += n;
     if (!last)
         return;
+    if (g->resumed) { /* its next token is known: decoding goes on where it stopped */
+        g->resumed = 0;
+        g->st = RQ_DECODE;
+        return;
+    }
     struct sampler_params sp = to_sampler(g->p);
     g->smp = sampler_new(&sp, e->m->hp.n_vocab);
     g->t_decode0 = af_clock_ms();
@@ -293,20 +305,75 @@ static void decode_step(struct af_engine *e, struct gen_req **reqs, int64_t n)
 /* ---- the driver ------------------------------------------------------------------------ */
 
 /* Admits queued requests; called with mu held. */
+/* KV tokens the active requests hold or will hold once fed: what the budget counts. */
+static int64_t active_tokens(const struct af_engine *e, int *n_active)
+{
+    int64_t t = 0;
+    int n = 0;
+    for (const struct gen_req *q = e->queue; q; q = q->next)
+        if (q->st == RQ_PREFILL || q->st == RQ_DECODE) {
+            t += (q->st == RQ_PREFILL ? q->n_feed : q->seq->n) + 1 + e->draft_max;
+            n++;
+        }
+    *n_active = n;
+    return t;
+}
+
 static void admit(struct af_engine *e)
 {
     int active = 0;
-    for (struct gen_req *q = e->queue; q; q = q->next)
-        active += q->st == RQ_PREFILL || q->st == RQ_DECODE;
+    int64_t held = active_tokens(e, &active);
     for (struct gen_req *q = e->queue; q && active < e->max_batch; q = q->next) {
         if (q->st != RQ_WAIT)
             continue;
+        const int64_t need = q->n_feed + 1 + e->draft_max;
+        /* Over the KV budget, a request waits, unless nothing runs (it then runs alone). */
+        if (e->kv_budget_tokens > 0 && active > 0 && held + need > e->kv_budget_tokens)
+            break;
         int64_t reused = 0;
-        q->seq = prefix_acquire(e->pc, q->prompt, q->n_prompt, &reused);
+        q->seq = prefix_acquire(e->pc, q->feed, q->n_feed, &reused);
         q->fed = reused;
-        q->r->n_cached = (size_t)reused;
+        if (!q->resumed)
+            q->r->n_cached = (size_t)reused;
         q->st = RQ_PREFILL;
+        held += need;
         active++;
+    }
+}
+
+/* Frees the KV of the newest running request while the active ones need more than the budget
+ * (one request always keeps running). Its sequence goes back to the prefix cache, so when it
+ * is admitted again the part still cached is reused and the rest evaluated anew; its sampler
+ * and output stay, and decoding resumes with the token it was about to feed. Mu held. */
+static void preempt(struct af_engine *e)
+{
+    int active = 0;
+    while (e->kv_budget_tokens > 0 && active_tokens(e, &active) > e->kv_budget_tokens &&
+           active > 1) {
+        struct gen_req *victim = NULL;
+        for (struct gen_req *q = e->queue; q; q = q->next)
+            if (q->st == RQ_PREFILL || q->st == RQ_DECODE)
+                victim = q;
+        if (victim->st == RQ_DECODE) {
+            /* The sequence holds the prompt and every output token but the pending one. */
+            const struct af_engine_result *r = victim->r;
+            const int64_t n = victim->n_prompt + (int64_t)r->n_ids - 1;
+            int32_t *buf = af_xmalloc((size_t)n * sizeof *buf);
+            memcpy(buf, victim->prompt, (size_t)victim->n_prompt * sizeof *buf);
+            memcpy(buf + victim->n_prompt, r->ids, (size_t)(r->n_ids - 1) * sizeof *buf);
+            free(victim->resume);
+            victim->resume = buf;
+            victim->feed = buf;
+            victim->n_feed = n;
+            victim->resumed = 1;
+        } else {
+            kv_seq_truncate(victim->seq, victim->fed);
+        }
+        prefix_release(e->pc, victim->seq);
+        victim->seq = NULL;
+        victim->fed = 0;
+        victim->st = RQ_WAIT;
+        e->n_preempted++;
     }
 }
 
@@ -338,6 +405,7 @@ static void drive(struct af_engine *e, struct gen_req *me)
 {
     struct gen_req *rows[256];
     while (me->st != RQ_DONE) {
+        preempt(e);
         admit(e);
         struct gen_req *pre = NULL;
         int64_t n = 0;
@@ -377,6 +445,8 @@ int af_engine_generate(struct af_engine *e, const int32_t *prompt, size_t n_prom
     g.r = out;
     g.prompt = prompt;
     g.n_prompt = (int64_t)n_prompt;
+    g.feed = prompt;
+    g.n_feed = (int64_t)n_prompt;
     af_buf_init(&g.text, AF_BUF_NOLIMIT);
     pthread_cond_init(&g.cv, NULL);
     out->n_prompt = n_prompt;
@@ -398,6 +468,7 @@ int af_engine_generate(struct af_engine *e, const int32_t *prompt, size_t n_prom
     }
     pthread_mutex_unlock(&e->mu);
     pthread_cond_destroy(&g.cv);
+    free(g.resume);
     out->text = af_buf_detach(&g.text);
     if (!out->text)
         out->text = af_xstrdup("");
