@@ -354,6 +354,8 @@ static void preempt(struct af_engine *e)
         for (struct gen_req *q = e->queue; q; q = q->next)
             if (q->st == RQ_PREFILL || q->st == RQ_DECODE)
                 victim = q;
+        if (!victim)
+            break;
         if (victim->st == RQ_DECODE) {
             /* The sequence holds the prompt and every output token but the pending one. */
             const struct af_engine_result *r = victim->r;
