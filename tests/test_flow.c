@@ -350,6 +350,66 @@ static void test_time_budget(void **state)
     teardown_fixture(&f);
 }
 
+/* A Python tool result's wall-clock figure stays in the trace but out of memory: memory goes
+ * into every later prompt, so two solves of one query must leave equal memories (otherwise a
+ * response cache cannot replay the second). */
+static void test_wall_clock_out_of_memory(void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/af_flow_XXXXXX", tpath[256], err[256];
+    assert_non_null(mkdtemp(dir));
+    snprintf(tpath, sizeof tpath, "%s/trace.jsonl", dir);
+    struct script s;
+    base_script(&s);
+    rule(&s, M_PLANNER,
+         "Justification: j\nContext: c\nSub-Goal: print 6*7\nTool Name: Python_Code_Generator_Tool",
+         0);
+    rule(&s, M_EXECUTOR,
+         "Generated Command:\n```python\nexecution = tool.execute(code=\"print(6*7)\")\n```", 0);
+    rule(&s, M_VERIFIER, "Conclusion: STOP", 0);
+    rule(&s, M_DIRECT, "Answer: 42", 0);
+    struct fixture f;
+    setup_fixture(&f, &s);
+    assert_int_equal(
+        af_tool_registry_add_builtins(f.reg, "Python_Code_Generator_Tool", NULL, err, sizeof err),
+        AF_OK);
+    struct af_trace *tr = NULL;
+    assert_int_equal(af_trace_open(tpath, &tr, err, sizeof err), AF_OK);
+    f.p.trace = tr;
+    struct af_flow_result r1, r2;
+    assert_int_equal(af_flow_solve(&f.p, "a", "What is 6 times 7?", &r1), AF_OK);
+    f.p.trace = NULL;
+    assert_int_equal(af_flow_solve(&f.p, "b", "What is 6 times 7?", &r2), AF_OK);
+    af_trace_close(tr);
+    json_t *res = json_array_get(json_object_get(json_array_get(r1.memory, 0), "result"), 0);
+    assert_non_null(json_object_get(res, "printed_output"));
+    assert_null(json_object_get(res, "duration_ms"));
+    assert_true(json_equal(r1.memory, r2.memory));
+    af_flow_result_deinit(&r1);
+    af_flow_result_deinit(&r2);
+    char *data = NULL;
+    assert_int_equal(af_file_read(tpath, 1 << 24, &data, NULL, err, sizeof err), AF_OK);
+    int n_tool = 0;
+    for (char *line = data, *nl; line && *line; line = nl ? nl + 1 : NULL) {
+        nl = strchr(line, '\n');
+        if (nl)
+            *nl = '\0';
+        json_t *j = json_loads(line, 0, NULL);
+        assert_non_null(j);
+        if (!strcmp(json_string_value(json_object_get(j, "type")), "tool")) {
+            n_tool++;
+            assert_true(
+                json_is_number(json_object_get(json_object_get(j, "result"), "duration_ms")));
+        }
+        json_decref(j);
+    }
+    assert_int_equal(n_tool, 1);
+    free(data);
+    teardown_fixture(&f);
+    unlink(tpath);
+    rmdir(dir);
+}
+
 /* The compiled-in templates share their long head (query, tools, cards, analysis, memory), so
  * on the in-process engine most of a solve's prompt tokens come from the prefix cache: at least
  * half on a 3-step solve, reported per module and in the result's prefix_reuse. A tiny random
@@ -409,6 +469,7 @@ int main(void)
         cmocka_unit_test(test_memory_fresh_per_query),
         cmocka_unit_test(test_trace_and_prompt_override),
         cmocka_unit_test(test_time_budget),
+        cmocka_unit_test(test_wall_clock_out_of_memory),
         cmocka_unit_test(test_prefix_reuse_in_process),
     };
     return cmocka_run_group_tests_name("flow", tests, NULL, NULL);
