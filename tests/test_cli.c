@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -464,7 +465,7 @@ static void test_eval_score(void **state)
     }
     tmp_path("pred.jsonl", pred, sizeof pred);
     write_file(pred, "{\"index\": 0, \"answer\": \"<answer>(1+1+1)\u00d78</answer>\"}\n"
-                     "{\"index\": 0, \"answer\": \"(1+1)\u00d78\"}\n");
+                     "{\"index\": 1, \"answer\": \"(1+1)\u00d78\"}\n");
     const char *argv[] = {
         proc_agentflow_bin(), "eval", "score", "--bench", "gameof24", "--pred", pred,
         "--data-dir",         data,   NULL};
@@ -478,6 +479,69 @@ static void test_eval_score(void **state)
     write_file(pred, "{\"index\": 0, \"answer\": }\n");
     assert_int_equal(run_code(argv, "pred.jsonl:1"), 4);
     unlink(pred);
+}
+
+/* `eval score` on a small data file of its own: a bad line (no "answer", broken JSON, an
+ * index out of range) is named and skipped, the rest still scored, the summary printed, and
+ * the exit is 4; a second line for one index is ignored with a warning; a wrong answer
+ * carries the scorer's reason. */
+static void test_eval_score_lines(void **state)
+{
+    (void)state;
+    char dir[512], data[600], pred[512];
+    tmp_path("data", dir, sizeof dir);
+    assert_int_equal(mkdir(dir, 0700), 0);
+    snprintf(data, sizeof data, "%s/aime24", dir);
+    assert_int_equal(mkdir(data, 0700), 0);
+    snprintf(data, sizeof data, "%s/aime24/data.json", dir);
+    write_file(data, "[{\"query\": \"a\", \"answer\": 7}, {\"query\": \"b\", \"answer\": 45},"
+                     " {\"query\": \"c\", \"answer\": 33}]");
+    tmp_path("lines.jsonl", pred, sizeof pred);
+    write_file(pred, "{\"index\": 0, \"answer\": \"7\"}\n"
+                     "{\"index\": 2, \"prediction\": \"33\"}\n"
+                     "{\"index\": 1, \"answer\": }\n"
+                     "{\"index\": 0, \"answer\": \"7\"}\n"
+                     "{\"index\": 9, \"answer\": \"7\"}\n"
+                     "{\"index\": 1, \"answer\": \"a lot\"}\n");
+    const char *argv[] = {
+        proc_agentflow_bin(), "eval", "score", "--bench", "aime24", "--pred", pred,
+        "--data-dir",         dir,    NULL};
+    struct proc_result r;
+    assert_int_equal(proc_run(argv, NULL, RUN_TIMEOUT_S, &r), 0);
+    if (r.exit_code != 4)
+        fprintf(stderr, "stdout: %s\nstderr: %s\n", r.out, r.err);
+    assert_int_equal(r.exit_code, 4);
+    assert_non_null(strstr(r.err, "lines.jsonl:2: no \"answer\" field"));
+    assert_non_null(strstr(r.err, "lines.jsonl:3:"));
+    assert_non_null(strstr(r.err, "lines.jsonl:4: index 0 already scored on line 1"));
+    assert_non_null(strstr(r.err, "lines.jsonl:5:"));
+    assert_non_null(strstr(r.out, "\"reason\":\"not a number\""));
+    assert_non_null(strstr(r.out, "{\"bench\":\"aime24\",\"n\":2,\"correct\":1,\"accuracy\":50.00,"
+                                  "\"bad_lines\":3,\"duplicate_lines\":1}\n"));
+    proc_result_deinit(&r);
+    /* Thirty copies of one right answer are one scored line, not 100% of thirty. */
+    char many[30 * 40];
+    size_t used = 0;
+    for (int i = 0; i < 30; i++)
+        used += (size_t)snprintf(many + used, sizeof many - used,
+                                 "{\"index\": 0, \"answer\": \"7\"}\n");
+    write_file(pred, many);
+    assert_int_equal(proc_run(argv, NULL, RUN_TIMEOUT_S, &r), 0);
+    assert_int_equal(r.exit_code, 0);
+    assert_non_null(strstr(r.out, "\"n\":1,\"correct\":1,"));
+    assert_non_null(strstr(r.out, "\"duplicate_lines\":29}"));
+    proc_result_deinit(&r);
+    const char *help[] = {proc_agentflow_bin(), "eval", "score", "--help", NULL};
+    assert_int_equal(proc_run(help, NULL, RUN_TIMEOUT_S, &r), 0);
+    assert_int_equal(r.exit_code, 0);
+    assert_non_null(strstr(r.out, "already scored"));
+    assert_null(strstr(r.out, "eval report RUNDIR"));
+    proc_result_deinit(&r);
+    unlink(pred);
+    unlink(data);
+    snprintf(data, sizeof data, "%s/aime24", dir);
+    rmdir(data);
+    rmdir(dir);
 }
 
 static int setup(void **state)
@@ -507,6 +571,7 @@ int main(void)
         cmocka_unit_test(test_backend_error_exit_3), cmocka_unit_test(test_batch_kill_and_resume),
         cmocka_unit_test(test_batch_bad_line),       cmocka_unit_test(test_tool_list_and_call),
         cmocka_unit_test(test_eval_score),           cmocka_unit_test(test_malformed_reply_exit_3),
+        cmocka_unit_test(test_eval_score_lines),
     };
     return cmocka_run_group_tests_name("cli", tests, setup, teardown);
 }
