@@ -544,6 +544,30 @@ static void test_eval_score_lines(void **state)
     rmdir(dir);
 }
 
+/* tests/run_all.sh sums every group a test program runs, and counts skips. */
+static void test_run_all_summary(void **state)
+{
+    (void)state;
+    char fake[512], script[512];
+    tmp_path("fake_test.sh", fake, sizeof fake);
+    write_file(fake, "#!/bin/sh\n"
+                     "echo '[==========] 2 test(s) run.'\n"
+                     "echo '[  PASSED  ] 2 test(s).'\n"
+                     "echo '[==========] 6 test(s) run.'\n"
+                     "echo '[  PASSED  ] 4 test(s).'\n"
+                     "echo '[  SKIPPED ] 2 test(s), listed below:'\n"
+                     "echo '[  SKIPPED ] test_needs_data'\n");
+    assert_int_equal(chmod(fake, 0700), 0);
+    const char *argv[] = {"/bin/sh", src_path("tests/run_all.sh", script, sizeof script), fake,
+                          fake, NULL};
+    struct proc_result r;
+    assert_int_equal(proc_run(argv, NULL, RUN_TIMEOUT_S, &r), 0);
+    assert_int_equal(r.exit_code, 0);
+    assert_non_null(strstr(r.out, "tests: 12 passed, 0 failed, 4 skipped\n"));
+    proc_result_deinit(&r);
+    unlink(fake);
+}
+
 static int setup(void **state)
 {
     (void)state;
@@ -571,7 +595,7 @@ int main(void)
         cmocka_unit_test(test_backend_error_exit_3), cmocka_unit_test(test_batch_kill_and_resume),
         cmocka_unit_test(test_batch_bad_line),       cmocka_unit_test(test_tool_list_and_call),
         cmocka_unit_test(test_eval_score),           cmocka_unit_test(test_malformed_reply_exit_3),
-        cmocka_unit_test(test_eval_score_lines),
+        cmocka_unit_test(test_eval_score_lines),     cmocka_unit_test(test_run_all_summary),
     };
     return cmocka_run_group_tests_name("cli", tests, setup, teardown);
 }
