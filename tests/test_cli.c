@@ -544,6 +544,73 @@ static void test_eval_score_lines(void **state)
     rmdir(dir);
 }
 
+/* Runs argv, checks the exit code and that `want_out` is in stdout (when given); returns 1. */
+static int run_expect(const char *const *argv, int code, const char *want_out, const char *want_err)
+{
+    struct proc_result r;
+    assert_int_equal(proc_run(argv, NULL, RUN_TIMEOUT_S, &r), 0);
+    if (r.exit_code != code || (want_out && !strstr(r.out, want_out)) ||
+        (want_err && !strstr(r.err, want_err)))
+        fail_msg("%s %s: exit %d (want %d)\nstdout: %s\nstderr: %s", argv[1], argv[2], r.exit_code,
+                 code, r.out, r.err);
+    proc_result_deinit(&r);
+    return 1;
+}
+
+/* The one exit-code rule outside `run`: a missing or malformed named file is 4, a bad flag 2;
+ * every --help states the codes, and none documents a code 1. make-random says what it wrote
+ * and marks the file, and loading it prints a notice. */
+static void test_exit_code_rule(void **state)
+{
+    (void)state;
+    const char *bin = proc_agentflow_bin();
+    char model[512], data[512], out[512];
+    tmp_path("rnd.gguf", model, sizeof model);
+    tmp_path("chats.jsonl", data, sizeof data);
+    tmp_path("sft_out", out, sizeof out);
+    const char *no_vocab[] = {
+        bin, "model",        "make-random",         "--arch", "qwen2", "--seed",
+        "1", "--vocab-from", "/nonexistent/v.gguf", model,    NULL};
+    run_expect(no_vocab, 4, NULL, "/nonexistent/v.gguf");
+    const char *bad_arch[] = {bin,      "model", "make-random", "--arch", "gpt9",
+                              "--seed", "1",     model,         NULL};
+    run_expect(bad_arch, 2, NULL, "gpt9");
+    const char *make[] = {bin,      "model", "make-random", "--arch", "qwen2",
+                          "--seed", "1",     model,         NULL};
+    run_expect(make, 0, "wrote ", NULL);
+    const char *info[] = {bin, "model", "info", model, NULL};
+    run_expect(info, 0, NULL, "random weights");
+    write_file(data, "{\"conversation\": []}\n");
+    const char *sft[] = {
+        bin,       "train", "sft",     "--model",         model,    "--data", data, "--out", out,
+        "--steps", "1",     "--quiet", "--chat-template", "chatml", NULL};
+    run_expect(sft, 4, NULL, "chats.jsonl: line 1: messages: missing");
+    const char *no_script[] = {bin,      "tool",
+                               "call",   "Generalist_Solution_Generator_Tool",
+                               "--args", "{\"query\": \"x\"}",
+                               "--url",  "scripted:/nonexistent/s.json",
+                               NULL};
+    run_expect(no_script, 4, NULL, "/nonexistent/s.json");
+    static const char *const helps[][4] = {
+        {"model", "--help"},         {"train", "--help"}, {"tool", "--help"}, {"eval", "--help"},
+        {"eval", "score", "--help"}, {"index", "--help"}, {"run", "--help"},  {"--help"}};
+    for (size_t i = 0; i < sizeof helps / sizeof helps[0]; i++) {
+        const char *argv[6] = {bin, helps[i][0], helps[i][1], helps[i][2], NULL, NULL};
+        struct proc_result r;
+        assert_int_equal(proc_run(argv, NULL, RUN_TIMEOUT_S, &r), 0);
+        assert_int_equal(r.exit_code, 0);
+        if (!strstr(r.out, "Exit codes") || strstr(r.out, " 1 failure"))
+            fail_msg("%s %s --help: no exit-code rule: %s", helps[i][0],
+                     helps[i][1] ? helps[i][1] : "", r.out);
+        proc_result_deinit(&r);
+    }
+    const char *top[] = {bin, "--help", NULL};
+    run_expect(top, 0, "eval run", NULL);
+    run_expect(top, 0, "eval report", NULL);
+    unlink(model);
+    unlink(data);
+}
+
 /* tests/run_all.sh sums every group a test program runs, and counts skips. */
 static void test_run_all_summary(void **state)
 {
@@ -596,6 +663,7 @@ int main(void)
         cmocka_unit_test(test_batch_bad_line),       cmocka_unit_test(test_tool_list_and_call),
         cmocka_unit_test(test_eval_score),           cmocka_unit_test(test_malformed_reply_exit_3),
         cmocka_unit_test(test_eval_score_lines),     cmocka_unit_test(test_run_all_summary),
+        cmocka_unit_test(test_exit_code_rule),
     };
     return cmocka_run_group_tests_name("cli", tests, setup, teardown);
 }

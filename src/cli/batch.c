@@ -300,7 +300,7 @@ int run_ctx_open(struct run_ctx *rc, const struct run_config *cfg)
     }
     if (af_tool_registry_add_mcp(rc->tools, cfg->tool_options, err, sizeof err)) {
         fprintf(stderr, "agentflow run: --mcp: %s\n", err);
-        return CLI_EINPUT;
+        return CLI_EBACKEND; /* a server that does not start or answer is a back-end failure */
     }
     if (af_prompts_load(cfg->prompts, &rc->prompts, err, sizeof err)) {
         fprintf(stderr, "agentflow run: --prompts: %s\n", err);

@@ -395,10 +395,8 @@ static int eval_load_sets(char **names, const char *data_dir, struct eval_datase
     size_t count = 0;
     while (names[count])
         count++;
-    *sets = calloc(count ? count : 1, sizeof **sets);
+    *sets = af_xcalloc(count ? count : 1, sizeof **sets);
     *n = 0;
-    if (!*sets)
-        return CLI_EFAIL;
     for (size_t i = 0; i < count; i++) {
         char err[1024];
         if (eval_dataset_load(eval_data_dir(data_dir), names[i], &(*sets)[i], err, sizeof err) !=

@@ -53,7 +53,11 @@ static void train_usage(FILE *f)
             "                        --steps); continue later with --resume\n"
             "  --chat-template NAME  chatml or llama3 instead of the model's\n"
             "  -t, --threads N       threads (default: all cores)\n"
-            "  --quiet               no progress display\n");
+            "  --quiet               no progress display\n"
+            "\n"
+            "Exit codes: 0 ok, 2 usage (a bad flag or value, an unknown --chat-template),\n"
+            "4 a file named on the command line (--model, --data) that is missing or\n"
+            "malformed, or an --out that cannot be written or already holds another run.\n");
 }
 
 enum {
@@ -312,6 +316,15 @@ static int do_sft(int argc, char **argv)
         fprintf(stderr, "agentflow train sft: %s\n", err);
         return rc == AF_EINVAL ? CLI_EUSAGE : CLI_EINPUT;
     }
+    if (o.full)
+        printf("wrote %s/model.gguf (every weight trained; --url gguf:%s/model.gguf), "
+               "metrics in %s/metrics.jsonl, checkpoints in %s/checkpoint-*/\n",
+               o.out_dir, o.out_dir, o.out_dir, o.out_dir);
+    else
+        printf("wrote the LoRA adapter to %s/ (adapter_model.safetensors, adapter_config.json; "
+               "--url gguf:%s+lora:%s), metrics in %s/metrics.jsonl, checkpoints in "
+               "%s/checkpoint-*/\n",
+               o.out_dir, o.model_path, o.out_dir, o.out_dir, o.out_dir);
     return CLI_OK;
 }
 

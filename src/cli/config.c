@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "agentflow/engine.h"
+#include "cli/cli.h"
 #include "core/xalloc.h"
 
 static void set_str(char **dst, const char *v)
@@ -370,6 +371,8 @@ static struct af_llm *open_one(const struct run_config *c, const struct slot_cfg
         struct af_llm *llm = af_llm_gguf_new(s->url + 5, &ep, msg, sizeof msg);
         if (!llm)
             snprintf(err, errlen, "%s slot: %s", slot, msg);
+        else
+            cli_note_random_weights(s->url + 5);
         return llm;
     }
     if (strncmp(s->url, "http://", 7) && strncmp(s->url, "https://", 8)) {
@@ -498,4 +501,17 @@ int config_tool_opt_flag(json_t *flags, const char *kv, char *err, size_t errlen
     json_object_set_new(o, key, json_string(eq + 1));
     free(key);
     return AF_OK;
+}
+
+void cli_note_random_weights(const char *path)
+{
+    const char *lora = strstr(path, "+lora:");
+    size_t n = lora ? (size_t)(lora - path) : strlen(path);
+    char *file = af_xstrndup(path, n);
+    if (af_engine_random_weights(file))
+        fprintf(stderr,
+                "agentflow: note: %s has random weights (written by agentflow model "
+                "make-random): every module runs, but its replies are noise\n",
+                file);
+    free(file);
 }

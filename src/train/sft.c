@@ -238,7 +238,7 @@ static int setup(struct run *r, char *err, size_t errlen)
     if (r->data->n == 0) {
         af_errf(err, errlen, "%s: no conversation with an assistant reply to train on",
                 o->data_path);
-        return AF_EINVAL;
+        return AF_EPARSE;
     }
     note(r,
          "data: %zu conversations, %lld tokens, %lld assistant tokens (%zu cut to --max-seq "
