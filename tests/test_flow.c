@@ -151,6 +151,39 @@ static void test_planner_retry_then_ok(void **state)
     teardown_fixture(&f);
 }
 
+/* What the progress callbacks were told. */
+struct seen {
+    char reasons[4][1024]; /* of failed steps, by step - 1 */
+    int n_steps;
+    char calls[32][40]; /* "+module@step" at the start of a call, "-module@step" at its end */
+    int n_calls;
+};
+
+static void seen_step(void *user, const struct af_flow_step_info *info)
+{
+    struct seen *w = user;
+    if (info->step >= 1 && info->step <= 4)
+        snprintf(w->reasons[info->step - 1], sizeof w->reasons[0], "%s",
+                 info->failed && info->reason ? info->reason : "");
+    w->n_steps++;
+}
+
+static void seen_call(void *user, const struct af_flow_call_info *ci)
+{
+    struct seen *w = user;
+    if (w->n_calls < 32)
+        snprintf(w->calls[w->n_calls++], sizeof w->calls[0], "%c%s@%d", ci->done ? '-' : '+',
+                 ci->module, ci->step);
+}
+
+static void watch(struct fixture *f, struct seen *w)
+{
+    memset(w, 0, sizeof *w);
+    f->p.on_step = seen_step;
+    f->p.on_call = seen_call;
+    f->p.user = w;
+}
+
 static void test_planner_garbage_is_failed_step(void **state)
 {
     (void)state;
@@ -163,6 +196,8 @@ static void test_planner_garbage_is_failed_step(void **state)
     struct fixture f;
     setup_fixture(&f, &s);
     f.p.max_steps = 2;
+    struct seen w;
+    watch(&f, &w);
     struct af_flow_result r;
     assert_int_equal(af_flow_solve(&f.p, NULL, "q", &r), AF_OK);
     assert_int_equal(r.steps, 2);
@@ -171,6 +206,16 @@ static void test_planner_garbage_is_failed_step(void **state)
     assert_non_null(
         strstr(json_string_value(json_object_get(m0, "result")), "could not be parsed"));
     assert_string_equal(r.answer, "unknown");
+    /* The step line's reason names the failure and quotes the reply that did not parse. */
+    assert_int_equal(w.n_steps, 2);
+    assert_non_null(strstr(w.reasons[0], "the planner's reply could not be parsed"));
+    assert_non_null(strstr(w.reasons[0], "reply: \"still nothing\""));
+    /* Progress: the query analysis is announced before it runs, then each call in order. */
+    assert_true(w.n_calls >= 4);
+    assert_string_equal(w.calls[0], "+query_analysis@0");
+    assert_string_equal(w.calls[1], "-query_analysis@0");
+    assert_string_equal(w.calls[2], "+planner@1");
+    assert_string_equal(w.calls[w.n_calls - 1], "-direct_output@2");
     af_flow_result_deinit(&r);
     teardown_fixture(&f);
 }
@@ -188,8 +233,12 @@ static void test_unknown_tool_and_bad_args(void **state)
     struct fixture f;
     setup_fixture(&f, &s);
     f.p.max_steps = 2;
+    struct seen w;
+    watch(&f, &w);
     struct af_flow_result r;
     assert_int_equal(af_flow_solve(&f.p, NULL, "q", &r), AF_OK);
+    assert_non_null(strstr(w.reasons[0], "'Ground_Google_Search_Tool', which is not available"));
+    assert_non_null(strstr(w.reasons[1], "'k'"));
     json_t *m0 = json_array_get(r.memory, 0), *m1 = json_array_get(r.memory, 1);
     assert_true(json_is_true(json_object_get(m0, "failed")));
     assert_non_null(strstr(json_string_value(json_object_get(m0, "result")), "not found"));
