@@ -174,6 +174,27 @@ static void test_config_precedence(void **state)
 
 static int run_code(const char *const *argv, const char *expect_in_err);
 
+/* 1 when text holds a number with 10 or more significant digits: the float noise of a double
+ * printed exactly (0.0058709997683763504), which output rounds to 9. */
+static int has_float_noise(const char *text)
+{
+    size_t sig = 0;
+    int in_num = 0;
+    for (const char *p = text; *p; p++) {
+        if ((*p >= '0' && *p <= '9') || (*p == '.' && in_num)) {
+            in_num = 1;
+            if (*p >= '1' || (*p == '0' && sig > 0))
+                sig += *p != '.';
+            if (sig >= 10)
+                return 1;
+        } else {
+            in_num = 0;
+            sig = 0;
+        }
+    }
+    return 0;
+}
+
 static void test_tool_list_and_call(void **state)
 {
     (void)state;
@@ -203,6 +224,9 @@ static void test_tool_list_and_call(void **state)
     assert_int_equal(r.exit_code, 0);
     json_t *j = json_loads(r.out, 0, NULL);
     assert_string_equal(json_string_value(json_object_get(j, "result")), "6 * 7 = 42.");
+    assert_true(json_is_number(json_object_get(j, "duration_ms")));
+    if (has_float_noise(r.out))
+        fail_msg("float noise in: %s", r.out);
     json_decref(j);
     proc_result_deinit(&r);
     /* The tool ran but its LLM failed: still exit 0, with the error in the result. */

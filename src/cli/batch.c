@@ -449,7 +449,7 @@ static void batch_job(void *arg, size_t i)
     json_t *j = af_flow_result_json(&res);
     json_object_set_new(j, "id", af_json_text(it->id));
     json_object_set_new(j, "query", af_json_text(it->query));
-    char *line = err == AF_OK ? json_dumps(j, JSON_COMPACT) : NULL;
+    char *line = err == AF_OK ? json_dumps(j, JSON_COMPACT | AF_JSON_REAL_OUT) : NULL;
     int wrc = line ? af_linelog_append(b->out, line, strlen(line)) : AF_OK;
     pthread_mutex_lock(&b->mu);
     if (err != AF_OK || wrc != AF_OK)

@@ -170,7 +170,7 @@ static void print_result(const char *bench, size_t index, const struct af_score 
         json_object_set_new(o, "f1", json_real(s->f1));
     if (s->details && json_object_size(s->details) > 0)
         json_object_set(o, "score_details", s->details);
-    char *line = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(6));
+    char *line = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER | AF_JSON_REAL_OUT);
     printf("%s\n", line ? line : "{}");
     free(line);
     json_decref(o);
@@ -438,7 +438,7 @@ static int eval_prepare(const struct eval_run_args *a, struct run_ctx *rc, char 
 
 static void print_json_line(json_t *j)
 {
-    char *line = json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(6));
+    char *line = json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER | AF_JSON_REAL_OUT);
     printf("%s\n", line ? line : "{}");
     free(line);
 }
@@ -466,7 +466,7 @@ static void eval_report_summary(const struct eval_run_args *a, const struct eval
     print_json_line(all);
     json_decref(all);
     fflush(stdout);
-    char *text = json_dumps(j, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(6)),
+    char *text = json_dumps(j, JSON_INDENT(2) | JSON_PRESERVE_ORDER | AF_JSON_REAL_OUT),
          err[512];
     struct af_buf p;
     af_buf_init(&p, AF_BUF_NOLIMIT);

@@ -12,6 +12,7 @@
 #include "agentflow/engine.h"
 #include "cli/cli.h"
 #include "core/clock.h"
+#include "core/jsonx.h"
 #include "engine/lora_merge.h"
 
 static void model_usage(FILE *f)
@@ -416,7 +417,7 @@ static void print_result_json(const struct af_engine_result *r)
                           "n_generated", (json_int_t)r->n_ids, "ids", ids, "logprobs", lps,
                           "finish_reason", r->finish_reason ? r->finish_reason : "", "prefill_ms",
                           r->prefill_ms, "decode_ms", r->decode_ms);
-    char *s = json_dumps(j, JSON_COMPACT);
+    char *s = json_dumps(j, JSON_COMPACT | AF_JSON_REAL_OUT);
     printf("%s\n", s ? s : "{}");
     free(s);
     json_decref(j);

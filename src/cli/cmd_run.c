@@ -11,6 +11,7 @@
 #include "cli/cli.h"
 #include "cli/config.h"
 #include "core/fileio.h"
+#include "core/jsonx.h"
 #include "core/xalloc.h"
 
 static void run_usage(FILE *f)
@@ -167,7 +168,7 @@ static int solve_one(struct run_ctx *rc, const struct run_config *cfg, const cha
     if (json_out) {
         json_t *j = af_flow_result_json(&res);
         json_object_set_new(j, "config", config_to_json(cfg));
-        char *s = json_dumps(j, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+        char *s = json_dumps(j, JSON_INDENT(2) | JSON_PRESERVE_ORDER | AF_JSON_REAL_OUT);
         printf("%s\n", s ? s : "{}");
         free(s);
         json_decref(j);

@@ -10,6 +10,7 @@
 #include "cli/cli.h"
 #include "cli/config.h"
 #include "core/clock.h"
+#include "core/jsonx.h"
 
 static void tool_usage(FILE *f)
 {
@@ -33,7 +34,7 @@ static void tool_usage(FILE *f)
 
 static int print_json(json_t *j)
 {
-    char *s = json_dumps(j, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+    char *s = json_dumps(j, JSON_INDENT(2) | JSON_PRESERVE_ORDER | AF_JSON_REAL_OUT);
     printf("%s\n", s ? s : "null");
     free(s);
     json_decref(j);

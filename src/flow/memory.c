@@ -53,7 +53,7 @@ char *memory_render(const struct memory *m)
         json_object_set(v, "result", json_object_get(a, "result"));
         json_object_set_new(view, key, v);
     }
-    char *s = json_dumps(view, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+    char *s = json_dumps(view, JSON_INDENT(2) | JSON_PRESERVE_ORDER | AF_JSON_REAL_OUT);
     json_decref(view);
     return s ? s : af_xstrdup("{}");
 }
