@@ -635,6 +635,46 @@ static void test_exit_code_rule(void **state)
     unlink(data);
 }
 
+/* install-deps.sh as a user without sudo: it names the missing packages and how to install
+ * them, and stops, instead of failing inside apt-get. */
+static void test_install_deps_without_sudo(void **state)
+{
+    (void)state;
+    char bin[512], path[600], script[512], env_path[700];
+    tmp_path("fakebin", bin, sizeof bin);
+    assert_int_equal(mkdir(bin, 0700), 0);
+    static const char *const fakes[][2] = {
+        {"id", "#!/bin/sh\necho 1000\n"},         /* not root */
+        {"dpkg-query", "#!/bin/sh\nexit 1\n"},    /* nothing installed */
+        {"apt-get", "#!/bin/sh\necho ran >&2\n"}, /* must not be reached */
+    };
+    for (size_t i = 0; i < sizeof fakes / sizeof fakes[0]; i++) {
+        snprintf(path, sizeof path, "%s/%s", bin, fakes[i][0]);
+        write_file(path, fakes[i][1]);
+        assert_int_equal(chmod(path, 0700), 0);
+    }
+    snprintf(path, sizeof path, "%s/grep", bin);
+    assert_int_equal(symlink("/bin/grep", path), 0);
+    snprintf(env_path, sizeof env_path, "PATH=%s", bin); /* no sudo on it */
+    const char *env[] = {env_path, NULL};
+    const char *argv[] = {"/bin/bash", src_path("scripts/install-deps.sh", script, sizeof script),
+                          NULL};
+    struct proc_result r;
+    assert_int_equal(proc_run(argv, env, RUN_TIMEOUT_S, &r), 0);
+    if (r.exit_code != 1 || !strstr(r.err, "sudo is not installed"))
+        fail_msg("exit %d\nstdout: %s\nstderr: %s", r.exit_code, r.out, r.err);
+    assert_non_null(strstr(r.err, "libjansson-dev"));
+    assert_null(strstr(r.err, "ran"));
+    proc_result_deinit(&r);
+    for (size_t i = 0; i < sizeof fakes / sizeof fakes[0]; i++) {
+        snprintf(path, sizeof path, "%s/%s", bin, fakes[i][0]);
+        unlink(path);
+    }
+    snprintf(path, sizeof path, "%s/grep", bin);
+    unlink(path);
+    rmdir(bin);
+}
+
 /* tests/run_all.sh sums every group a test program runs, and counts skips. */
 static void test_run_all_summary(void **state)
 {
@@ -681,13 +721,20 @@ int main(void)
         return 1;
     }
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_run_three_step_http),  cmocka_unit_test(test_run_json_and_trace),
-        cmocka_unit_test(test_exit_codes),           cmocka_unit_test(test_config_precedence),
-        cmocka_unit_test(test_backend_error_exit_3), cmocka_unit_test(test_batch_kill_and_resume),
-        cmocka_unit_test(test_batch_bad_line),       cmocka_unit_test(test_tool_list_and_call),
-        cmocka_unit_test(test_eval_score),           cmocka_unit_test(test_malformed_reply_exit_3),
-        cmocka_unit_test(test_eval_score_lines),     cmocka_unit_test(test_run_all_summary),
+        cmocka_unit_test(test_run_three_step_http),
+        cmocka_unit_test(test_run_json_and_trace),
+        cmocka_unit_test(test_exit_codes),
+        cmocka_unit_test(test_config_precedence),
+        cmocka_unit_test(test_backend_error_exit_3),
+        cmocka_unit_test(test_batch_kill_and_resume),
+        cmocka_unit_test(test_batch_bad_line),
+        cmocka_unit_test(test_tool_list_and_call),
+        cmocka_unit_test(test_eval_score),
+        cmocka_unit_test(test_malformed_reply_exit_3),
+        cmocka_unit_test(test_eval_score_lines),
+        cmocka_unit_test(test_run_all_summary),
         cmocka_unit_test(test_exit_code_rule),
+        cmocka_unit_test(test_install_deps_without_sudo),
     };
     return cmocka_run_group_tests_name("cli", tests, setup, teardown);
 }
