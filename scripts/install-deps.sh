@@ -6,7 +6,8 @@ set -euo pipefail
 PKGS=(build-essential pkg-config libjansson-dev libcurl4-openssl-dev libmicrohttpd-dev
       libcmocka-dev libsqlite3-dev zlib1g-dev libpcre2-dev libopenblas-dev libxml2-dev
       libclang-rt-14-dev libomp-14-dev clang clang-format cppcheck python3 bubblewrap
-      python3-numpy python3-sympy libseccomp-dev libopenmpi-dev openmpi-bin)
+      python3-numpy python3-sympy libseccomp-dev libopenmpi-dev openmpi-bin
+      chromium) # chromium: test_svg lays the report's charts out in a headless browser
 missing=()
 for p in "${PKGS[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
