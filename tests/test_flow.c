@@ -382,6 +382,38 @@ static void test_trace_and_prompt_override(void **state)
     rmdir(dir);
 }
 
+/* With render_python the prompts show the tool list, the cards and the memory as Python
+ * literals, as the released AgentFlow writes them; the rules match only that form. */
+static void test_render_python(void **state)
+{
+    (void)state;
+    struct script s;
+    s.rules = json_array();
+    rule(&s,
+         "Tools that can be used: ['Generalist_Solution_Generator_Tool']\n\nWhat each tool "
+         "does:\n{'Generalist_Solution_Generator_Tool': {'tool_name': "
+         "'Generalist_Solution_Generator_Tool', ",
+         "Concise Summary: multiply", 1);
+    rule(&s, M_PLANNER, PLAN, 0);
+    rule(&s, M_EXECUTOR, CMD, 0);
+    rule(&s,
+         "{'Action Step 1': {'tool_name': 'generalist solution generator tool', 'sub_goal': "
+         "'compute 6*7', ",
+         "Conclusion: STOP", 1);
+    rule(&s, M_DIRECT, "Answer: 42", 0);
+    rule(&s, "What is 6*7?", "42", 0);
+    struct fixture f;
+    setup_fixture(&f, &s);
+    f.p.render_python = 1;
+    struct af_flow_result r;
+    assert_int_equal(af_flow_solve(&f.p, NULL, "What is 6 times 7?", &r), AF_OK);
+    assert_int_equal(r.err, AF_OK);
+    assert_int_equal(r.steps, 1);
+    assert_string_equal(r.answer, "42");
+    af_flow_result_deinit(&r);
+    teardown_fixture(&f);
+}
+
 static void test_time_budget(void **state)
 {
     (void)state;
@@ -518,6 +550,7 @@ int main(void)
         cmocka_unit_test(test_memory_fresh_per_query),
         cmocka_unit_test(test_trace_and_prompt_override),
         cmocka_unit_test(test_time_budget),
+        cmocka_unit_test(test_render_python),
         cmocka_unit_test(test_wall_clock_out_of_memory),
         cmocka_unit_test(test_prefix_reuse_in_process),
     };

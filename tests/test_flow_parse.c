@@ -16,6 +16,7 @@
 #include "core/fileio.h"
 #include "flow/parse.h"
 #include "flow/pycall.h"
+#include "flow/pyrepr.h"
 
 static void parse_ok(const char *reply, const char *ctx, const char *goal, const char *tool)
 {
@@ -225,6 +226,51 @@ static void test_prompt_examples_valid(void **state)
     af_tool_registry_free(reg);
 }
 
+/* JSON as Python's repr() writes the same value (the expected text is CPython 3's output). */
+static void test_pyrepr(void **state)
+{
+    (void)state;
+    json_t *v =
+        json_loads("{\"a\": \"it's\", \"b\": [1, 2.5, true, null], \"c\": \"say \\\"hi\\\"\\n\", "
+                   "\"d\": 0.1, \"e\": 1e-05, \"f\": 1e16, \"g\": 3.0, "
+                   "\"h\": \"both ' and \\\"\", \"i\": \"\\u0001\\\\\", "
+                   "\"j\": 123456789.125, \"k\": 0.30000000000000004, "
+                   "\"l\": \"\u00e9\"}",
+                   JSON_PRESERVE_ORDER, NULL);
+    assert_non_null(v);
+    char *s = pyrepr(v);
+    assert_string_equal(s, "{'a': \"it's\", 'b': [1, 2.5, True, None], 'c': 'say \"hi\"\\n', "
+                           "'d': 0.1, 'e': 1e-05, 'f': 1e+16, 'g': 3.0, 'h': 'both \\' and \"', "
+                           "'i': '\\x01\\\\', 'j': 123456789.125, 'k': 0.30000000000000004, "
+                           "'l': '\u00e9'}");
+    free(s);
+    json_decref(v);
+}
+
+/* The released AgentFlow's tool names resolve to ours, in lookups and in --tools lists. */
+static void test_original_tool_names(void **state)
+{
+    (void)state;
+    char err[512];
+    struct af_tool_registry *reg = af_tool_registry_new();
+    assert_int_equal(af_tool_registry_add_builtins(reg,
+                                                   "Ground_Google_Search_Tool,"
+                                                   "Web_RAG_Search_Tool",
+                                                   NULL, err, sizeof err),
+                     AF_OK);
+    assert_int_equal(af_tool_registry_count(reg), 2);
+    struct af_tool *t = af_tool_registry_find(reg, "Ground_Google_Search_Tool");
+    assert_non_null(t);
+    assert_string_equal(af_tool_card(t)->name, "Web_Search_Tool");
+    assert_ptr_equal(af_tool_registry_find(reg, "ground google search tool"), t);
+    t = af_tool_registry_find(reg, "Web_RAG_Search_Tool");
+    assert_non_null(t);
+    assert_string_equal(af_tool_card(t)->name, "Web_RAG_Search_Tool");
+    assert_null(af_tool_registry_find(reg, "Google_Search_Tool")); /* class names never did */
+    assert_null(af_tool_alias_target("Web_Search_Tool"));
+    af_tool_registry_free(reg);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -238,6 +284,8 @@ int main(void)
         cmocka_unit_test(test_verdict),
         cmocka_unit_test(test_final_answer),
         cmocka_unit_test(test_prompt_examples_valid),
+        cmocka_unit_test(test_original_tool_names),
+        cmocka_unit_test(test_pyrepr),
     };
     return cmocka_run_group_tests_name("flow_parse", tests, NULL, NULL);
 }

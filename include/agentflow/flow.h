@@ -91,6 +91,8 @@ struct af_flow_params {
     size_t max_result_chars; /* cap on each string in a tool result; default 100000 */
     double tool_timeout_s;   /* deadline handed to each tool call; default 120 */
     int detailed_answer;     /* also write the long final answer; default 0 */
+    int render_python;       /* tool list, cards and memory in prompts as Python literals, as the
+                                released AgentFlow renders them; default 0: JSON */
     struct af_flow_slot slots[AF_N_SLOTS];
     const struct af_tool_registry *tools; /* borrowed */
     const struct af_prompts *prompts;     /* borrowed; NULL = compiled-in */

@@ -31,6 +31,7 @@ enum {
     OPT_TOOLS,
     OPT_CONFIG,
     OPT_PROMPTS,
+    OPT_RENDER,
     OPT_DETAILED,
     OPT_TOOL_OPT,
     OPT_WIKI_DB,
@@ -73,6 +74,7 @@ static const struct option common_opts[] = {
     {"tools", required_argument, 0, OPT_TOOLS},
     {"config", required_argument, 0, OPT_CONFIG},
     {"prompts", required_argument, 0, OPT_PROMPTS},
+    {"render", required_argument, 0, OPT_RENDER},
     {"detailed", no_argument, 0, OPT_DETAILED},
     {"tool-opt", required_argument, 0, OPT_TOOL_OPT},
     {"wiki-db", required_argument, 0, OPT_WIKI_DB},
@@ -132,6 +134,7 @@ static int handle_string_opt(struct run_args *a, int o, const char *arg)
                       : o == OPT_MODEL   ? "model"
                       : o == OPT_TOOLS   ? "tools"
                       : o == OPT_PROMPTS ? "prompts"
+                      : o == OPT_RENDER  ? "render"
                                          : NULL;
     if (!key)
         return 0;
@@ -232,6 +235,9 @@ void run_common_usage(FILE *f)
                "  --max-time S       seconds, checked before each turn (default 300)\n"
                "  --tools LIST       comma-separated tool names (default: all built-ins)\n"
                "  --prompts DIR      override prompt templates with DIR/NAME.txt\n"
+               "  --render STYLE     json (default) or python: the tool list, cards and memory\n"
+               "                     in prompts as Python literals, as the released AgentFlow\n"
+               "                     writes them (for its planner checkpoint)\n"
                "  --tool-opt K=V     a tool option (repeatable; see docs/CONFIG.md)\n"
                "  --wiki-db DB       Wikipedia index (= --tool-opt wiki_db=DB)\n"
                "  --mcp \"CMD ARGS\"   start an MCP server over stdio and offer its tools\n"

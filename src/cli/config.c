@@ -213,6 +213,11 @@ static int apply_top_key(struct run_config *c, const char *k, json_t *v, const c
         if (!json_is_string(v))
             return bad(err, errlen, origin, k, "a string");
         set_str(!strcmp(k, "prompts") ? &c->prompts : &c->trace, json_string_value(v));
+    } else if (!strcmp(k, "render")) {
+        const char *r = json_string_value(v);
+        if (!r || (strcmp(r, "json") && strcmp(r, "python")))
+            return bad(err, errlen, origin, k, "\"json\" or \"python\"");
+        c->render_python = !strcmp(r, "python");
     } else if (!strcmp(k, "detailed")) {
         if (!json_is_boolean(v))
             return bad(err, errlen, origin, k, "true or false");
@@ -439,6 +444,7 @@ void config_flow_params(const struct run_config *c, const struct backends *b,
     p->max_steps = c->max_steps;
     p->max_time_s = c->max_time_s;
     p->detailed_answer = c->detailed;
+    p->render_python = c->render_python;
     for (int i = 0; i < AF_N_SLOTS; i++) {
         p->slots[i].llm = b->llm[i];
         p->slots[i].model = c->slots[i].model;
@@ -475,6 +481,7 @@ json_t *config_to_json(const struct run_config *c)
     json_object_set_new(j, "tools", c->tools ? json_string(c->tools) : json_null());
     json_object_set_new(j, "prompts", c->prompts ? json_string(c->prompts) : json_null());
     json_object_set_new(j, "detailed", json_boolean(c->detailed));
+    json_object_set_new(j, "render", json_string(c->render_python ? "python" : "json"));
     json_object_set_new(j, "tool_options", json_deep_copy(c->tool_options));
     json_object_set_new(j, "threads", json_integer(c->threads));
     json_object_set_new(j, "ctx", json_integer((json_int_t)c->ctx));

@@ -23,6 +23,7 @@
 #include "flow/memory.h"
 #include "flow/parse.h"
 #include "flow/pycall.h"
+#include "flow/pyrepr.h"
 #include "flow/prompts.h"
 #include "flow/solve_int.h"
 
@@ -84,8 +85,13 @@ static void init_ctx(struct solve_ctx *c, const struct af_flow_params *p, const 
         json_array_append_new(names, json_string(card->name));
         json_object_set_new(cards, card->name, af_tool_card_json(card));
     }
-    c->available_tools = json_dumps(names, JSON_COMPACT);
-    c->toolbox_metadata = json_dumps(cards, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+    if (p->render_python) { /* the released AgentFlow's str() of a list and a dict */
+        c->available_tools = pyrepr(names);
+        c->toolbox_metadata = pyrepr(cards);
+    } else {
+        c->available_tools = json_dumps(names, JSON_COMPACT);
+        c->toolbox_metadata = json_dumps(cards, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+    }
     json_decref(names);
     json_decref(cards);
 }
@@ -166,7 +172,7 @@ static void append_excerpt(char *why, size_t whylen, const char *label, const ch
 /* Planner call with one correction round per allowed retry. */
 static int plan_step(struct solve_ctx *c, struct next_step *ns, char *why, size_t whylen)
 {
-    char *mem = memory_render(&c->mem);
+    char *mem = memory_render(&c->mem, c->p->render_python);
     char step[16], maxs[16], left[16];
     snprintf(step, sizeof step, "%d", c->step);
     snprintf(maxs, sizeof maxs, "%d", c->p->max_steps);
@@ -209,9 +215,10 @@ static int write_command(struct solve_ctx *c, const struct next_step *ns, struct
 {
     const struct af_tool_card *card = af_tool_card(tool);
     json_t *cj = af_tool_card_json(card);
-    char *card_text = json_dumps(cj, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+    char *card_text =
+        c->p->render_python ? pyrepr(cj) : json_dumps(cj, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
     json_decref(cj);
-    char *mem = memory_render(&c->mem);
+    char *mem = memory_render(&c->mem, c->p->render_python);
     struct prompt_var v[9];
     size_t n = shared_vars(c, mem, v);
     v[n++] = (struct prompt_var){"sub_goal", ns->sub_goal};
@@ -249,7 +256,7 @@ static int write_command(struct solve_ctx *c, const struct next_step *ns, struct
 
 static int verify(struct solve_ctx *c, int *stop)
 {
-    char *mem = memory_render(&c->mem);
+    char *mem = memory_render(&c->mem, c->p->render_python);
     struct prompt_var v[5];
     const size_t n = shared_vars(c, mem, v);
     char *prompt = prompt_render(c->p->prompts, "verifier", v, n);
@@ -268,7 +275,7 @@ static int verify(struct solve_ctx *c, int *stop)
 static int generate(struct solve_ctx *c)
 {
     double t0 = af_clock_ms();
-    char *mem = memory_render(&c->mem);
+    char *mem = memory_render(&c->mem, c->p->render_python);
     struct prompt_var v[5];
     const size_t nv = shared_vars(c, mem, v);
     int rc = AF_OK;
