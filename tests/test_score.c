@@ -323,16 +323,15 @@ REAL(test_real_musique, "musique")
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_extract),        cmocka_unit_test(test_game24),
-        cmocka_unit_test(test_numbers),        cmocka_unit_test(test_qa),
-        cmocka_unit_test(test_gaia),           cmocka_unit_test(test_normalised_forms),
-        cmocka_unit_test(test_mcq),
-        cmocka_unit_test(test_errors),         cmocka_unit_test(test_real_2wiki),
-        cmocka_unit_test(test_real_aime24),    cmocka_unit_test(test_real_amc23),
-        cmocka_unit_test(test_real_bamboogle), cmocka_unit_test(test_real_gaia),
-        cmocka_unit_test(test_real_gameof24),  cmocka_unit_test(test_real_gpqa),
-        cmocka_unit_test(test_real_hotpotqa),  cmocka_unit_test(test_real_medqa),
-        cmocka_unit_test(test_real_musique),
+        cmocka_unit_test(test_extract),    cmocka_unit_test(test_game24),
+        cmocka_unit_test(test_numbers),    cmocka_unit_test(test_qa),
+        cmocka_unit_test(test_gaia),       cmocka_unit_test(test_normalised_forms),
+        cmocka_unit_test(test_mcq),        cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_real_2wiki), cmocka_unit_test(test_real_aime24),
+        cmocka_unit_test(test_real_amc23), cmocka_unit_test(test_real_bamboogle),
+        cmocka_unit_test(test_real_gaia),  cmocka_unit_test(test_real_gameof24),
+        cmocka_unit_test(test_real_gpqa),  cmocka_unit_test(test_real_hotpotqa),
+        cmocka_unit_test(test_real_medqa), cmocka_unit_test(test_real_musique),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -466,8 +466,7 @@ static void eval_report_summary(const struct eval_run_args *a, const struct eval
     print_json_line(all);
     json_decref(all);
     fflush(stdout);
-    char *text = json_dumps(j, JSON_INDENT(2) | JSON_PRESERVE_ORDER | AF_JSON_REAL_OUT),
-         err[512];
+    char *text = json_dumps(j, JSON_INDENT(2) | JSON_PRESERVE_ORDER | AF_JSON_REAL_OUT), err[512];
     struct af_buf p;
     af_buf_init(&p, AF_BUF_NOLIMIT);
     (void)af_buf_printf(&p, "%s/summary.json", a->out);

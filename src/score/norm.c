@@ -24,8 +24,9 @@
 
 /* Decoration deleted wherever it occurs; longer entries first where one is a prefix. */
 static const char *const drop_seqs[] = {
-    "^{\\circ}", "^\\circ", "\\circ", "\xc2\xb0", "\\%", "\\$", "\\,", "\\!", "\\;", "\\ ",
-    "{,}", "\\left", "\\right", "\xe2\x80\x89", "\xe2\x80\xaf", "\xc2\xa0", "\\(", "\\)",
+    "^{\\circ}", "^\\circ",      "\\circ",       "\xc2\xb0", "\\%", "\\$",
+    "\\,",       "\\!",          "\\;",          "\\ ",      "{,}", "\\left",
+    "\\right",   "\xe2\x80\x89", "\xe2\x80\xaf", "\xc2\xa0", "\\(", "\\)",
 };
 
 /* LaTeX commands whose braces are dropped, keeping their content. */
@@ -154,9 +155,9 @@ int score_parse_quantity(const char *s, double *out)
     return rc;
 }
 
-static const char *const month_names[12] = {"january", "february", "march",     "april",
-                                            "may",     "june",     "july",      "august",
-                                            "september", "october", "november", "december"};
+static const char *const month_names[12] = {"january",   "february", "march",    "april",
+                                            "may",       "june",     "july",     "august",
+                                            "september", "october",  "november", "december"};
 
 /* Month 1..12 for a full name, a 3-letter abbreviation or "sept" (w of n bytes), else 0. */
 static int month_of(const char *w, size_t n)
@@ -202,10 +203,9 @@ static int day_of(const char *w, size_t n)
         d++;
     if (d == 0 || d > 2)
         return 0;
-    if (d < n && !(n - d == 2 && (strncasecmp(w + d, "st", 2) == 0 ||
-                                  strncasecmp(w + d, "nd", 2) == 0 ||
-                                  strncasecmp(w + d, "rd", 2) == 0 ||
-                                  strncasecmp(w + d, "th", 2) == 0)))
+    if (d < n &&
+        !(n - d == 2 && (strncasecmp(w + d, "st", 2) == 0 || strncasecmp(w + d, "nd", 2) == 0 ||
+                         strncasecmp(w + d, "rd", 2) == 0 || strncasecmp(w + d, "th", 2) == 0)))
         return 0;
     int v = (w[0] - '0') * (d == 2 ? 10 : 1) + (d == 2 ? w[1] - '0' : 0);
     return v >= 1 && v <= 31 ? v : 0;
