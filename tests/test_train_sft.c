@@ -377,17 +377,17 @@ static void test_errors(void **state)
 static void test_early_stop_rule(void **state)
 {
     (void)state;
-    struct train_early_stop e = {INFINITY, 0, 0};
+    struct train_early_stop e = {(double)INFINITY, 0, 0};
     int stop = 0;
     assert_int_equal(train_early_stop_update(&e, 2, 3.0, 2, &stop), 1);
     assert_int_equal(train_early_stop_update(&e, 4, 2.5, 2, &stop), 1);
     assert_false(stop);
     assert_int_equal(train_early_stop_update(&e, 6, 2.5, 2, &stop), 0); /* equal is no gain */
     assert_false(stop);
-    assert_int_equal(train_early_stop_update(&e, 8, NAN, 2, &stop), 0);
+    assert_int_equal(train_early_stop_update(&e, 8, (double)NAN, 2, &stop), 0);
     assert_true(stop);
     assert_true(e.best == 2.5 && e.best_step == 4);
-    e = (struct train_early_stop){INFINITY, 0, 0};
+    e = (struct train_early_stop){(double)INFINITY, 0, 0};
     for (int i = 0; i < 5; i++) /* patience 0: never stops */
         (void)train_early_stop_update(&e, i, 1.0, 0, &stop);
     assert_false(stop);

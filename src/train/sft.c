@@ -303,7 +303,7 @@ static int save_best(struct run *r, double loss, char *err, size_t errlen)
  * *stop when early stopping says so. */
 static int validate(struct run *r, int *stop, char *err, size_t errlen)
 {
-    double loss = NAN;
+    double loss = (double)NAN;
     int64_t n = 0;
     int rc = val_loss(r, &loss, &n, err, errlen);
     if (rc)
@@ -432,7 +432,7 @@ int train_sft_run(const struct train_sft_opts *o, char *err, size_t errlen)
         return rc;
     struct run r = {0};
     r.o = o;
-    r.es.best = INFINITY;
+    r.es.best = (double)INFINITY;
     r.lr_base = o->lr > 0 ? o->lr : (o->full ? 1e-5f : 1e-4f);
     r.alpha = o->lora_alpha > 0 ? o->lora_alpha : 2.0f * (float)o->lora_rank;
     if (!(rc = setup(&r, err, errlen)) && !(rc = start_or_resume(&r, err, errlen))) {
