@@ -1,7 +1,8 @@
 /*
  * embed.c - build tool: compiles prompt template files into a C array of {name, text}.
  *
- * Usage: embed OUT.c FILE...  The name of each entry is the file's base name without ".txt".
+ * Usage: embed OUT.c FILE...  Each entry is named by its path after "prompts/", without
+ * ".txt": "next_step", "compact/next_step".
  */
 #include <stdio.h>
 #include <string.h>
@@ -27,8 +28,9 @@ int main(int argc, char **argv)
             fclose(out);
             return 1;
         }
-        const char *base = strrchr(argv[i], '/');
-        base = base ? base + 1 : argv[i];
+        /* Named by the path under the prompts folder: "next_step", "compact/next_step". */
+        const char *base = strstr(argv[i], "prompts/");
+        base = base ? base + 8 : argv[i];
         size_t nlen = strlen(base);
         if (nlen > 4 && strcmp(base + nlen - 4, ".txt") == 0)
             nlen -= 4;
