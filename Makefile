@@ -3,6 +3,7 @@
 #   make test                        build and run every cmocka test
 #   make asan                        the same tests under AddressSanitizer + UBSan
 #   make lint | format | bench | fuzz [FUZZ_SECONDS=30] | clean
+#   V=1                              print each full compiler command, not "CC file"
 
 MODE ?= release
 CC ?= cc
@@ -40,6 +41,16 @@ endif
 CFLAGS_ALL := $(CFLAGS_BASE) $(CFLAGS_MODE) $(CFLAGS)
 LDLIBS_ALL := $(PKG_LIBS) -lm -pthread -fopenmp $(LDLIBS)
 
+# One short line per step ("CC src/core/buf.c"); V=1 prints the full commands instead.
+V ?= 0
+ifeq ($(V),1)
+Q :=
+say := @true
+else
+Q := @
+say := @printf '  %-4s %s\n'
+endif
+
 B := build/$(MODE)
 LIB_SRC := $(filter-out src/cli/%,$(wildcard src/*/*.c))
 CLI_SRC := $(wildcard src/cli/*.c)
@@ -69,37 +80,46 @@ build/libagentflow.a: $(LIBA)
 
 $(B)/%.o: %.c
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) -c $< -o $@
+	$(say) CC $<
+	$(Q)$(CC) $(CFLAGS_ALL) -c $< -o $@
 
 $(B)/embed: scripts/embed.c
 	@mkdir -p $(dir $@)
-	$(CC) -std=c11 -O1 -Wall -Wextra $< -o $@
+	$(say) CC $<
+	$(Q)$(CC) -std=c11 -O1 -Wall -Wextra $< -o $@
 
 $(GEN_PROMPTS): $(PROMPTS) $(B)/embed
 	@mkdir -p $(dir $@)
-	$(B)/embed $@ $(PROMPTS)
+	$(say) GEN $@
+	$(Q)$(B)/embed $@ $(PROMPTS)
 
 $(B)/gen/prompts_data.o: $(GEN_PROMPTS)
-	$(CC) $(CFLAGS_ALL) -c $< -o $@
+	$(say) CC $<
+	$(Q)$(CC) $(CFLAGS_ALL) -c $< -o $@
 
 $(LIBA): $(LIB_OBJ)
 	@rm -f $@
-	ar rcs $@ $^
+	$(say) AR $@
+	$(Q)ar rcs $@ $^
 
 $(CLI): $(CLI_OBJ) $(LIBA)
-	$(CC) $(LDFLAGS_MODE) $(LDFLAGS) -o $@ $(CLI_OBJ) $(LIBA) $(LDLIBS_ALL)
+	$(say) LD $@
+	$(Q)$(CC) $(LDFLAGS_MODE) $(LDFLAGS) -o $@ $(CLI_OBJ) $(LIBA) $(LDLIBS_ALL)
 
 $(B)/tests/%: tests/%.c $(TEST_SUPPORT_OBJ) $(LIBA)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) -Itests $(LDFLAGS_MODE) $(LDFLAGS) -o $@ $< $(TEST_SUPPORT_OBJ) $(LIBA) $(LDLIBS_ALL) $(CMOCKA_LIBS)
+	$(say) CCLD $<
+	$(Q)$(CC) $(CFLAGS_ALL) -Itests $(LDFLAGS_MODE) $(LDFLAGS) -o $@ $< $(TEST_SUPPORT_OBJ) $(LIBA) $(LDLIBS_ALL) $(CMOCKA_LIBS)
 
 $(B)/tests/support/%.o: tests/support/%.c
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) -Itests -c $< -o $@
+	$(say) CC $<
+	$(Q)$(CC) $(CFLAGS_ALL) -Itests -c $< -o $@
 
 $(B)/bench/%: bench/%.c $(TEST_SUPPORT_OBJ) $(LIBA)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) -Itests $(LDFLAGS_MODE) $(LDFLAGS) -o $@ $< $(TEST_SUPPORT_OBJ) $(LIBA) $(LDLIBS_ALL)
+	$(say) CCLD $<
+	$(Q)$(CC) $(CFLAGS_ALL) -Itests $(LDFLAGS_MODE) $(LDFLAGS) -o $@ $< $(TEST_SUPPORT_OBJ) $(LIBA) $(LDLIBS_ALL)
 
 # Each test binary runs with AGENTFLOW_BIN pointing at the CLI for end-to-end tests. The
 # benchmarks are built too (not run), so an API change cannot leave them broken.

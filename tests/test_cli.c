@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -173,6 +174,27 @@ static void test_config_precedence(void **state)
 
 static int run_code(const char *const *argv, const char *expect_in_err);
 
+/* 1 when text holds a number with 10 or more significant digits: the float noise of a double
+ * printed exactly (0.0058709997683763504), which output rounds to 9. */
+static int has_float_noise(const char *text)
+{
+    size_t sig = 0;
+    int in_num = 0;
+    for (const char *p = text; *p; p++) {
+        if ((*p >= '0' && *p <= '9') || (*p == '.' && in_num)) {
+            in_num = 1;
+            if (*p >= '1' || (*p == '0' && sig > 0))
+                sig += *p != '.';
+            if (sig >= 10)
+                return 1;
+        } else {
+            in_num = 0;
+            sig = 0;
+        }
+    }
+    return 0;
+}
+
 static void test_tool_list_and_call(void **state)
 {
     (void)state;
@@ -202,6 +224,9 @@ static void test_tool_list_and_call(void **state)
     assert_int_equal(r.exit_code, 0);
     json_t *j = json_loads(r.out, 0, NULL);
     assert_string_equal(json_string_value(json_object_get(j, "result")), "6 * 7 = 42.");
+    assert_true(json_is_number(json_object_get(j, "duration_ms")));
+    if (has_float_noise(r.out))
+        fail_msg("float noise in: %s", r.out);
     json_decref(j);
     proc_result_deinit(&r);
     /* The tool ran but its LLM failed: still exit 0, with the error in the result. */
@@ -464,7 +489,7 @@ static void test_eval_score(void **state)
     }
     tmp_path("pred.jsonl", pred, sizeof pred);
     write_file(pred, "{\"index\": 0, \"answer\": \"<answer>(1+1+1)\u00d78</answer>\"}\n"
-                     "{\"index\": 0, \"answer\": \"(1+1)\u00d78\"}\n");
+                     "{\"index\": 1, \"answer\": \"(1+1)\u00d78\"}\n");
     const char *argv[] = {
         proc_agentflow_bin(), "eval", "score", "--bench", "gameof24", "--pred", pred,
         "--data-dir",         data,   NULL};
@@ -478,6 +503,200 @@ static void test_eval_score(void **state)
     write_file(pred, "{\"index\": 0, \"answer\": }\n");
     assert_int_equal(run_code(argv, "pred.jsonl:1"), 4);
     unlink(pred);
+}
+
+/* `eval score` on a small data file of its own: a bad line (no "answer", broken JSON, an
+ * index out of range) is named and skipped, the rest still scored, the summary printed, and
+ * the exit is 4; a second line for one index is ignored with a warning; a wrong answer
+ * carries the scorer's reason. */
+static void test_eval_score_lines(void **state)
+{
+    (void)state;
+    char dir[512], data[600], pred[512];
+    tmp_path("data", dir, sizeof dir);
+    assert_int_equal(mkdir(dir, 0700), 0);
+    snprintf(data, sizeof data, "%s/aime24", dir);
+    assert_int_equal(mkdir(data, 0700), 0);
+    snprintf(data, sizeof data, "%s/aime24/data.json", dir);
+    write_file(data, "[{\"query\": \"a\", \"answer\": 7}, {\"query\": \"b\", \"answer\": 45},"
+                     " {\"query\": \"c\", \"answer\": 33}]");
+    tmp_path("lines.jsonl", pred, sizeof pred);
+    write_file(pred, "{\"index\": 0, \"answer\": \"7\"}\n"
+                     "{\"index\": 2, \"prediction\": \"33\"}\n"
+                     "{\"index\": 1, \"answer\": }\n"
+                     "{\"index\": 0, \"answer\": \"7\"}\n"
+                     "{\"index\": 9, \"answer\": \"7\"}\n"
+                     "{\"index\": 1, \"answer\": \"a lot\"}\n");
+    const char *argv[] = {
+        proc_agentflow_bin(), "eval", "score", "--bench", "aime24", "--pred", pred,
+        "--data-dir",         dir,    NULL};
+    struct proc_result r;
+    assert_int_equal(proc_run(argv, NULL, RUN_TIMEOUT_S, &r), 0);
+    if (r.exit_code != 4)
+        fprintf(stderr, "stdout: %s\nstderr: %s\n", r.out, r.err);
+    assert_int_equal(r.exit_code, 4);
+    assert_non_null(strstr(r.err, "lines.jsonl:2: no \"answer\" field"));
+    assert_non_null(strstr(r.err, "lines.jsonl:3:"));
+    assert_non_null(strstr(r.err, "lines.jsonl:4: index 0 already scored on line 1"));
+    assert_non_null(strstr(r.err, "lines.jsonl:5:"));
+    assert_non_null(strstr(r.out, "\"reason\":\"not a number\""));
+    assert_non_null(strstr(r.out, "{\"bench\":\"aime24\",\"n\":2,\"correct\":1,\"accuracy\":50.00,"
+                                  "\"bad_lines\":3,\"duplicate_lines\":1}\n"));
+    proc_result_deinit(&r);
+    /* Thirty copies of one right answer are one scored line, not 100% of thirty. */
+    char many[30 * 40];
+    size_t used = 0;
+    for (int i = 0; i < 30; i++)
+        used += (size_t)snprintf(many + used, sizeof many - used,
+                                 "{\"index\": 0, \"answer\": \"7\"}\n");
+    write_file(pred, many);
+    assert_int_equal(proc_run(argv, NULL, RUN_TIMEOUT_S, &r), 0);
+    assert_int_equal(r.exit_code, 0);
+    assert_non_null(strstr(r.out, "\"n\":1,\"correct\":1,"));
+    assert_non_null(strstr(r.out, "\"duplicate_lines\":29}"));
+    proc_result_deinit(&r);
+    const char *help[] = {proc_agentflow_bin(), "eval", "score", "--help", NULL};
+    assert_int_equal(proc_run(help, NULL, RUN_TIMEOUT_S, &r), 0);
+    assert_int_equal(r.exit_code, 0);
+    assert_non_null(strstr(r.out, "already scored"));
+    assert_null(strstr(r.out, "eval report RUNDIR"));
+    proc_result_deinit(&r);
+    unlink(pred);
+    unlink(data);
+    snprintf(data, sizeof data, "%s/aime24", dir);
+    rmdir(data);
+    rmdir(dir);
+}
+
+/* Runs argv, checks the exit code and that `want_out` is in stdout (when given); returns 1. */
+static int run_expect(const char *const *argv, int code, const char *want_out, const char *want_err)
+{
+    struct proc_result r;
+    assert_int_equal(proc_run(argv, NULL, RUN_TIMEOUT_S, &r), 0);
+    if (r.exit_code != code || (want_out && !strstr(r.out, want_out)) ||
+        (want_err && !strstr(r.err, want_err)))
+        fail_msg("%s %s: exit %d (want %d)\nstdout: %s\nstderr: %s", argv[1], argv[2], r.exit_code,
+                 code, r.out, r.err);
+    proc_result_deinit(&r);
+    return 1;
+}
+
+/* The one exit-code rule outside `run`: a missing or malformed named file is 4, a bad flag 2;
+ * every --help states the codes, and none documents a code 1. make-random says what it wrote
+ * and marks the file, and loading it prints a notice. */
+static void test_exit_code_rule(void **state)
+{
+    (void)state;
+    const char *bin = proc_agentflow_bin();
+    char model[512], data[512], out[512];
+    tmp_path("rnd.gguf", model, sizeof model);
+    tmp_path("chats.jsonl", data, sizeof data);
+    tmp_path("sft_out", out, sizeof out);
+    const char *no_vocab[] = {
+        bin, "model",        "make-random",         "--arch", "qwen2", "--seed",
+        "1", "--vocab-from", "/nonexistent/v.gguf", model,    NULL};
+    run_expect(no_vocab, 4, NULL, "/nonexistent/v.gguf");
+    const char *bad_arch[] = {bin,      "model", "make-random", "--arch", "gpt9",
+                              "--seed", "1",     model,         NULL};
+    run_expect(bad_arch, 2, NULL, "gpt9");
+    const char *make[] = {bin,      "model", "make-random", "--arch", "qwen2",
+                          "--seed", "1",     model,         NULL};
+    run_expect(make, 0, "wrote ", NULL);
+    const char *info[] = {bin, "model", "info", model, NULL};
+    run_expect(info, 0, NULL, "random weights");
+    write_file(data, "{\"conversation\": []}\n");
+    const char *sft[] = {
+        bin,       "train", "sft",     "--model",         model,    "--data", data, "--out", out,
+        "--steps", "1",     "--quiet", "--chat-template", "chatml", NULL};
+    run_expect(sft, 4, NULL, "chats.jsonl: line 1: messages: missing");
+    const char *no_script[] = {bin,      "tool",
+                               "call",   "Generalist_Solution_Generator_Tool",
+                               "--args", "{\"query\": \"x\"}",
+                               "--url",  "scripted:/nonexistent/s.json",
+                               NULL};
+    run_expect(no_script, 4, NULL, "/nonexistent/s.json");
+    static const char *const helps[][4] = {
+        {"model", "--help"},         {"train", "--help"}, {"tool", "--help"}, {"eval", "--help"},
+        {"eval", "score", "--help"}, {"index", "--help"}, {"run", "--help"},  {"--help"}};
+    for (size_t i = 0; i < sizeof helps / sizeof helps[0]; i++) {
+        const char *argv[6] = {bin, helps[i][0], helps[i][1], helps[i][2], NULL, NULL};
+        struct proc_result r;
+        assert_int_equal(proc_run(argv, NULL, RUN_TIMEOUT_S, &r), 0);
+        assert_int_equal(r.exit_code, 0);
+        if (!strstr(r.out, "Exit codes") || strstr(r.out, " 1 failure"))
+            fail_msg("%s %s --help: no exit-code rule: %s", helps[i][0],
+                     helps[i][1] ? helps[i][1] : "", r.out);
+        proc_result_deinit(&r);
+    }
+    const char *top[] = {bin, "--help", NULL};
+    run_expect(top, 0, "eval run", NULL);
+    run_expect(top, 0, "eval report", NULL);
+    unlink(model);
+    unlink(data);
+}
+
+/* install-deps.sh as a user without sudo: it names the missing packages and how to install
+ * them, and stops, instead of failing inside apt-get. */
+static void test_install_deps_without_sudo(void **state)
+{
+    (void)state;
+    char bin[512], path[600], script[512], env_path[700];
+    tmp_path("fakebin", bin, sizeof bin);
+    assert_int_equal(mkdir(bin, 0700), 0);
+    static const char *const fakes[][2] = {
+        {"id", "#!/bin/sh\necho 1000\n"},         /* not root */
+        {"dpkg-query", "#!/bin/sh\nexit 1\n"},    /* nothing installed */
+        {"apt-get", "#!/bin/sh\necho ran >&2\n"}, /* must not be reached */
+    };
+    for (size_t i = 0; i < sizeof fakes / sizeof fakes[0]; i++) {
+        snprintf(path, sizeof path, "%s/%s", bin, fakes[i][0]);
+        write_file(path, fakes[i][1]);
+        assert_int_equal(chmod(path, 0700), 0);
+    }
+    snprintf(path, sizeof path, "%s/grep", bin);
+    assert_int_equal(symlink("/bin/grep", path), 0);
+    snprintf(env_path, sizeof env_path, "PATH=%s", bin); /* no sudo on it */
+    const char *env[] = {env_path, NULL};
+    const char *argv[] = {"/bin/bash", src_path("scripts/install-deps.sh", script, sizeof script),
+                          NULL};
+    struct proc_result r;
+    assert_int_equal(proc_run(argv, env, RUN_TIMEOUT_S, &r), 0);
+    if (r.exit_code != 1 || !strstr(r.err, "sudo is not installed"))
+        fail_msg("exit %d\nstdout: %s\nstderr: %s", r.exit_code, r.out, r.err);
+    assert_non_null(strstr(r.err, "libjansson-dev"));
+    assert_null(strstr(r.err, "ran"));
+    proc_result_deinit(&r);
+    for (size_t i = 0; i < sizeof fakes / sizeof fakes[0]; i++) {
+        snprintf(path, sizeof path, "%s/%s", bin, fakes[i][0]);
+        unlink(path);
+    }
+    snprintf(path, sizeof path, "%s/grep", bin);
+    unlink(path);
+    rmdir(bin);
+}
+
+/* tests/run_all.sh sums every group a test program runs, and counts skips. */
+static void test_run_all_summary(void **state)
+{
+    (void)state;
+    char fake[512], script[512];
+    tmp_path("fake_test.sh", fake, sizeof fake);
+    write_file(fake, "#!/bin/sh\n"
+                     "echo '[==========] 2 test(s) run.'\n"
+                     "echo '[  PASSED  ] 2 test(s).'\n"
+                     "echo '[==========] 6 test(s) run.'\n"
+                     "echo '[  PASSED  ] 4 test(s).'\n"
+                     "echo '[  SKIPPED ] 2 test(s), listed below:'\n"
+                     "echo '[  SKIPPED ] test_needs_data'\n");
+    assert_int_equal(chmod(fake, 0700), 0);
+    const char *argv[] = {"/bin/sh", src_path("tests/run_all.sh", script, sizeof script), fake,
+                          fake, NULL};
+    struct proc_result r;
+    assert_int_equal(proc_run(argv, NULL, RUN_TIMEOUT_S, &r), 0);
+    assert_int_equal(r.exit_code, 0);
+    assert_non_null(strstr(r.out, "tests: 12 passed, 0 failed, 4 skipped\n"));
+    proc_result_deinit(&r);
+    unlink(fake);
 }
 
 static int setup(void **state)
@@ -502,11 +721,20 @@ int main(void)
         return 1;
     }
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_run_three_step_http),  cmocka_unit_test(test_run_json_and_trace),
-        cmocka_unit_test(test_exit_codes),           cmocka_unit_test(test_config_precedence),
-        cmocka_unit_test(test_backend_error_exit_3), cmocka_unit_test(test_batch_kill_and_resume),
-        cmocka_unit_test(test_batch_bad_line),       cmocka_unit_test(test_tool_list_and_call),
-        cmocka_unit_test(test_eval_score),           cmocka_unit_test(test_malformed_reply_exit_3),
+        cmocka_unit_test(test_run_three_step_http),
+        cmocka_unit_test(test_run_json_and_trace),
+        cmocka_unit_test(test_exit_codes),
+        cmocka_unit_test(test_config_precedence),
+        cmocka_unit_test(test_backend_error_exit_3),
+        cmocka_unit_test(test_batch_kill_and_resume),
+        cmocka_unit_test(test_batch_bad_line),
+        cmocka_unit_test(test_tool_list_and_call),
+        cmocka_unit_test(test_eval_score),
+        cmocka_unit_test(test_malformed_reply_exit_3),
+        cmocka_unit_test(test_eval_score_lines),
+        cmocka_unit_test(test_run_all_summary),
+        cmocka_unit_test(test_exit_code_rule),
+        cmocka_unit_test(test_install_deps_without_sudo),
     };
     return cmocka_run_group_tests_name("cli", tests, setup, teardown);
 }

@@ -151,6 +151,39 @@ static void test_planner_retry_then_ok(void **state)
     teardown_fixture(&f);
 }
 
+/* What the progress callbacks were told. */
+struct seen {
+    char reasons[4][1024]; /* of failed steps, by step - 1 */
+    int n_steps;
+    char calls[32][40]; /* "+module@step" at the start of a call, "-module@step" at its end */
+    int n_calls;
+};
+
+static void seen_step(void *user, const struct af_flow_step_info *info)
+{
+    struct seen *w = user;
+    if (info->step >= 1 && info->step <= 4)
+        snprintf(w->reasons[info->step - 1], sizeof w->reasons[0], "%s",
+                 info->failed && info->reason ? info->reason : "");
+    w->n_steps++;
+}
+
+static void seen_call(void *user, const struct af_flow_call_info *ci)
+{
+    struct seen *w = user;
+    if (w->n_calls < 32)
+        snprintf(w->calls[w->n_calls++], sizeof w->calls[0], "%c%s@%d", ci->done ? '-' : '+',
+                 ci->module, ci->step);
+}
+
+static void watch(struct fixture *f, struct seen *w)
+{
+    memset(w, 0, sizeof *w);
+    f->p.on_step = seen_step;
+    f->p.on_call = seen_call;
+    f->p.user = w;
+}
+
 static void test_planner_garbage_is_failed_step(void **state)
 {
     (void)state;
@@ -163,6 +196,8 @@ static void test_planner_garbage_is_failed_step(void **state)
     struct fixture f;
     setup_fixture(&f, &s);
     f.p.max_steps = 2;
+    struct seen w;
+    watch(&f, &w);
     struct af_flow_result r;
     assert_int_equal(af_flow_solve(&f.p, NULL, "q", &r), AF_OK);
     assert_int_equal(r.steps, 2);
@@ -171,6 +206,16 @@ static void test_planner_garbage_is_failed_step(void **state)
     assert_non_null(
         strstr(json_string_value(json_object_get(m0, "result")), "could not be parsed"));
     assert_string_equal(r.answer, "unknown");
+    /* The step line's reason names the failure and quotes the reply that did not parse. */
+    assert_int_equal(w.n_steps, 2);
+    assert_non_null(strstr(w.reasons[0], "the planner's reply could not be parsed"));
+    assert_non_null(strstr(w.reasons[0], "reply: \"still nothing\""));
+    /* Progress: the query analysis is announced before it runs, then each call in order. */
+    assert_true(w.n_calls >= 4);
+    assert_string_equal(w.calls[0], "+query_analysis@0");
+    assert_string_equal(w.calls[1], "-query_analysis@0");
+    assert_string_equal(w.calls[2], "+planner@1");
+    assert_string_equal(w.calls[w.n_calls - 1], "-direct_output@2");
     af_flow_result_deinit(&r);
     teardown_fixture(&f);
 }
@@ -188,8 +233,12 @@ static void test_unknown_tool_and_bad_args(void **state)
     struct fixture f;
     setup_fixture(&f, &s);
     f.p.max_steps = 2;
+    struct seen w;
+    watch(&f, &w);
     struct af_flow_result r;
     assert_int_equal(af_flow_solve(&f.p, NULL, "q", &r), AF_OK);
+    assert_non_null(strstr(w.reasons[0], "'Ground_Google_Search_Tool', which is not available"));
+    assert_non_null(strstr(w.reasons[1], "'k'"));
     json_t *m0 = json_array_get(r.memory, 0), *m1 = json_array_get(r.memory, 1);
     assert_true(json_is_true(json_object_get(m0, "failed")));
     assert_non_null(strstr(json_string_value(json_object_get(m0, "result")), "not found"));
@@ -333,6 +382,38 @@ static void test_trace_and_prompt_override(void **state)
     rmdir(dir);
 }
 
+/* With render_python the prompts show the tool list, the cards and the memory as Python
+ * literals, as the released AgentFlow writes them; the rules match only that form. */
+static void test_render_python(void **state)
+{
+    (void)state;
+    struct script s;
+    s.rules = json_array();
+    rule(&s,
+         "Tools that can be used: ['Generalist_Solution_Generator_Tool']\n\nWhat each tool "
+         "does:\n{'Generalist_Solution_Generator_Tool': {'tool_name': "
+         "'Generalist_Solution_Generator_Tool', ",
+         "Concise Summary: multiply", 1);
+    rule(&s, M_PLANNER, PLAN, 0);
+    rule(&s, M_EXECUTOR, CMD, 0);
+    rule(&s,
+         "{'Action Step 1': {'tool_name': 'generalist solution generator tool', 'sub_goal': "
+         "'compute 6*7', ",
+         "Conclusion: STOP", 1);
+    rule(&s, M_DIRECT, "Answer: 42", 0);
+    rule(&s, "What is 6*7?", "42", 0);
+    struct fixture f;
+    setup_fixture(&f, &s);
+    f.p.render_python = 1;
+    struct af_flow_result r;
+    assert_int_equal(af_flow_solve(&f.p, NULL, "What is 6 times 7?", &r), AF_OK);
+    assert_int_equal(r.err, AF_OK);
+    assert_int_equal(r.steps, 1);
+    assert_string_equal(r.answer, "42");
+    af_flow_result_deinit(&r);
+    teardown_fixture(&f);
+}
+
 static void test_time_budget(void **state)
 {
     (void)state;
@@ -348,6 +429,66 @@ static void test_time_budget(void **state)
     assert_string_equal(r.answer, "quick");
     af_flow_result_deinit(&r);
     teardown_fixture(&f);
+}
+
+/* A Python tool result's wall-clock figure stays in the trace but out of memory: memory goes
+ * into every later prompt, so two solves of one query must leave equal memories (otherwise a
+ * response cache cannot replay the second). */
+static void test_wall_clock_out_of_memory(void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/af_flow_XXXXXX", tpath[256], err[256];
+    assert_non_null(mkdtemp(dir));
+    snprintf(tpath, sizeof tpath, "%s/trace.jsonl", dir);
+    struct script s;
+    base_script(&s);
+    rule(&s, M_PLANNER,
+         "Justification: j\nContext: c\nSub-Goal: print 6*7\nTool Name: Python_Code_Generator_Tool",
+         0);
+    rule(&s, M_EXECUTOR,
+         "Generated Command:\n```python\nexecution = tool.execute(code=\"print(6*7)\")\n```", 0);
+    rule(&s, M_VERIFIER, "Conclusion: STOP", 0);
+    rule(&s, M_DIRECT, "Answer: 42", 0);
+    struct fixture f;
+    setup_fixture(&f, &s);
+    assert_int_equal(
+        af_tool_registry_add_builtins(f.reg, "Python_Code_Generator_Tool", NULL, err, sizeof err),
+        AF_OK);
+    struct af_trace *tr = NULL;
+    assert_int_equal(af_trace_open(tpath, &tr, err, sizeof err), AF_OK);
+    f.p.trace = tr;
+    struct af_flow_result r1, r2;
+    assert_int_equal(af_flow_solve(&f.p, "a", "What is 6 times 7?", &r1), AF_OK);
+    f.p.trace = NULL;
+    assert_int_equal(af_flow_solve(&f.p, "b", "What is 6 times 7?", &r2), AF_OK);
+    af_trace_close(tr);
+    json_t *res = json_array_get(json_object_get(json_array_get(r1.memory, 0), "result"), 0);
+    assert_non_null(json_object_get(res, "printed_output"));
+    assert_null(json_object_get(res, "duration_ms"));
+    assert_true(json_equal(r1.memory, r2.memory));
+    af_flow_result_deinit(&r1);
+    af_flow_result_deinit(&r2);
+    char *data = NULL;
+    assert_int_equal(af_file_read(tpath, 1 << 24, &data, NULL, err, sizeof err), AF_OK);
+    int n_tool = 0;
+    for (char *line = data, *nl; line && *line; line = nl ? nl + 1 : NULL) {
+        nl = strchr(line, '\n');
+        if (nl)
+            *nl = '\0';
+        json_t *j = json_loads(line, 0, NULL);
+        assert_non_null(j);
+        if (!strcmp(json_string_value(json_object_get(j, "type")), "tool")) {
+            n_tool++;
+            assert_true(
+                json_is_number(json_object_get(json_object_get(j, "result"), "duration_ms")));
+        }
+        json_decref(j);
+    }
+    assert_int_equal(n_tool, 1);
+    free(data);
+    teardown_fixture(&f);
+    unlink(tpath);
+    rmdir(dir);
 }
 
 /* The compiled-in templates share their long head (query, tools, cards, analysis, memory), so
@@ -409,6 +550,8 @@ int main(void)
         cmocka_unit_test(test_memory_fresh_per_query),
         cmocka_unit_test(test_trace_and_prompt_override),
         cmocka_unit_test(test_time_budget),
+        cmocka_unit_test(test_render_python),
+        cmocka_unit_test(test_wall_clock_out_of_memory),
         cmocka_unit_test(test_prefix_reuse_in_process),
     };
     return cmocka_run_group_tests_name("flow", tests, NULL, NULL);

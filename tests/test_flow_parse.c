@@ -7,11 +7,16 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <dirent.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "agentflow/tools.h"
+#include "core/fileio.h"
 #include "flow/parse.h"
+#include "flow/pycall.h"
+#include "flow/pyrepr.h"
 
 static void parse_ok(const char *reply, const char *ctx, const char *goal, const char *tool)
 {
@@ -130,6 +135,142 @@ static void test_final_answer(void **state)
     free(a);
 }
 
+/* Whether every keyword of the call is a parameter of the card and every required parameter
+ * is given: the cards an example is meant for. */
+static int call_fits_card(const struct af_pycall *call, const struct af_tool_card *card)
+{
+    const char *key;
+    const json_t *v;
+    json_object_foreach(call->kwargs, key, v)
+    {
+        int found = 0;
+        for (size_t i = 0; i < card->n_params; i++)
+            found |= !strcmp(card->params[i].name, key);
+        if (!found)
+            return 0;
+    }
+    for (size_t i = 0; i < card->n_params; i++)
+        if (card->params[i].required && !json_object_get(call->kwargs, card->params[i].name))
+            return 0;
+    return 1;
+}
+
+/* Parses one example command and binds each call to every built-in card it is meant for;
+ * at least one card must take it. */
+static void check_example(const struct af_tool_registry *reg, const char *where, const char *code,
+                          size_t len)
+{
+    struct af_pycall_list list;
+    char err[512];
+    if (af_pycall_parse(code, len, &list, err, sizeof err) != AF_OK)
+        fail_msg("%s: the example does not parse: %s", where, err);
+    if (list.n == 0)
+        fail_msg("%s: the example has no tool.execute(...) call", where);
+    for (size_t c = 0; c < list.n; c++) {
+        int n_fit = 0;
+        for (size_t t = 0; t < af_tool_registry_count(reg); t++) {
+            const struct af_tool_card *card = af_tool_card(af_tool_registry_at(reg, t));
+            if (!call_fits_card(&list.calls[c], card))
+                continue;
+            n_fit++;
+            json_t *kw = NULL;
+            if (af_pycall_bind(&list.calls[c], card, &kw, err, sizeof err) != AF_OK)
+                fail_msg("%s: the example is not valid for %s: %s", where, card->name, err);
+            json_decref(kw);
+        }
+        if (n_fit == 0)
+            fail_msg("%s: no built-in card takes the example's arguments", where);
+    }
+    af_pycall_list_deinit(&list);
+}
+
+/* Every ```python example in the prompt templates, and every card's demo command, parses and
+ * validates against the built-in cards: a model that copies one must get a working call. */
+static void test_prompt_examples_valid(void **state)
+{
+    (void)state;
+    char err[512], dirpath[1024], path[1300];
+    struct af_tool_registry *reg = af_tool_registry_new();
+    assert_int_equal(af_tool_registry_add_builtins(reg, NULL, NULL, err, sizeof err), AF_OK);
+    for (size_t t = 0; t < af_tool_registry_count(reg); t++) {
+        const struct af_tool_card *card = af_tool_card(af_tool_registry_at(reg, t));
+        for (size_t d = 0; d < card->n_demos; d++) {
+            snprintf(path, sizeof path, "%s demo %zu", card->name, d);
+            check_example(reg, path, card->demo_commands[d], strlen(card->demo_commands[d]));
+        }
+    }
+    const char *src = getenv("AGENTFLOW_SRC");
+    snprintf(dirpath, sizeof dirpath, "%s/prompts", src && src[0] ? src : ".");
+    DIR *dir = opendir(dirpath);
+    assert_non_null(dir);
+    int n_examples = 0;
+    for (struct dirent *e; (e = readdir(dir));) {
+        size_t nl = strlen(e->d_name);
+        if (nl < 5 || strcmp(e->d_name + nl - 4, ".txt") != 0)
+            continue;
+        snprintf(path, sizeof path, "%s/%s", dirpath, e->d_name);
+        char *text = NULL;
+        assert_int_equal(af_file_read(path, 1 << 20, &text, NULL, err, sizeof err), AF_OK);
+        for (char *p = text; (p = strstr(p, "```python\n"));) {
+            p += strlen("```python\n");
+            char *end = strstr(p, "```");
+            assert_non_null(end);
+            check_example(reg, path, p, (size_t)(end - p));
+            n_examples++;
+            p = end + 3;
+        }
+        free(text);
+    }
+    closedir(dir);
+    assert_true(n_examples >= 3);
+    af_tool_registry_free(reg);
+}
+
+/* JSON as Python's repr() writes the same value (the expected text is CPython 3's output). */
+static void test_pyrepr(void **state)
+{
+    (void)state;
+    json_t *v =
+        json_loads("{\"a\": \"it's\", \"b\": [1, 2.5, true, null], \"c\": \"say \\\"hi\\\"\\n\", "
+                   "\"d\": 0.1, \"e\": 1e-05, \"f\": 1e16, \"g\": 3.0, "
+                   "\"h\": \"both ' and \\\"\", \"i\": \"\\u0001\\\\\", "
+                   "\"j\": 123456789.125, \"k\": 0.30000000000000004, "
+                   "\"l\": \"\u00e9\"}",
+                   JSON_PRESERVE_ORDER, NULL);
+    assert_non_null(v);
+    char *s = pyrepr(v);
+    assert_string_equal(s, "{'a': \"it's\", 'b': [1, 2.5, True, None], 'c': 'say \"hi\"\\n', "
+                           "'d': 0.1, 'e': 1e-05, 'f': 1e+16, 'g': 3.0, 'h': 'both \\' and \"', "
+                           "'i': '\\x01\\\\', 'j': 123456789.125, 'k': 0.30000000000000004, "
+                           "'l': '\u00e9'}");
+    free(s);
+    json_decref(v);
+}
+
+/* The released AgentFlow's tool names resolve to ours, in lookups and in --tools lists. */
+static void test_original_tool_names(void **state)
+{
+    (void)state;
+    char err[512];
+    struct af_tool_registry *reg = af_tool_registry_new();
+    assert_int_equal(af_tool_registry_add_builtins(reg,
+                                                   "Ground_Google_Search_Tool,"
+                                                   "Web_RAG_Search_Tool",
+                                                   NULL, err, sizeof err),
+                     AF_OK);
+    assert_int_equal(af_tool_registry_count(reg), 2);
+    struct af_tool *t = af_tool_registry_find(reg, "Ground_Google_Search_Tool");
+    assert_non_null(t);
+    assert_string_equal(af_tool_card(t)->name, "Web_Search_Tool");
+    assert_ptr_equal(af_tool_registry_find(reg, "ground google search tool"), t);
+    t = af_tool_registry_find(reg, "Web_RAG_Search_Tool");
+    assert_non_null(t);
+    assert_string_equal(af_tool_card(t)->name, "Web_RAG_Search_Tool");
+    assert_null(af_tool_registry_find(reg, "Google_Search_Tool")); /* class names never did */
+    assert_null(af_tool_alias_target("Web_Search_Tool"));
+    af_tool_registry_free(reg);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -142,6 +283,9 @@ int main(void)
         cmocka_unit_test(test_missing_fields),
         cmocka_unit_test(test_verdict),
         cmocka_unit_test(test_final_answer),
+        cmocka_unit_test(test_prompt_examples_valid),
+        cmocka_unit_test(test_original_tool_names),
+        cmocka_unit_test(test_pyrepr),
     };
     return cmocka_run_group_tests_name("flow_parse", tests, NULL, NULL);
 }

@@ -327,6 +327,10 @@ static void check_item_pages(const char *rundir)
         }
         if (i == 1)
             assert_true(contains(page, "torn last line"));
+        /* tokens per module and the tools as tables, not JSON dumps */
+        assert_true(contains(page, "<th>prompt_tokens</th>"));
+        assert_true(contains(page, "<tr><th class=\"l\">planner</th>"));
+        assert_null(strstr(page, "&quot;prompt_tokens&quot;"));
         free(page);
         n++;
     }

@@ -138,13 +138,54 @@ static void test_gaia(void **state)
     (void)state;
     assert_true(score_as("gaia", "{\"answer\": \"1000\"}", "$1,000", NULL));
     assert_true(score_as("gaia", "{\"answer\": \"0.1777\"}", "0.1777", NULL));
-    assert_false(score_as("gaia", "{\"answer\": \"17\"}", "17 km", NULL));
+    assert_true(score_as("gaia", "{\"answer\": \"17\"}", "17 km", NULL)); /* a unit, as a judge */
+    assert_false(score_as("gaia", "{\"answer\": \"17\"}", "17 km and 3 m", NULL));
     assert_true(
         score_as("gaia", "{\"answer\": \"Indonesia, Myanmar\"}", "indonesia,myanmar", NULL));
     assert_false(score_as("gaia", "{\"answer\": \"Indonesia, Myanmar\"}", "Indonesia", NULL));
     assert_true(score_as("gaia", "{\"answer\": \"101.376, 84.348\"}", "101.376; 84.348", NULL));
     assert_true(score_as("gaia", "{\"answer\": \"THE CASTLE\"}", "The Castle.", NULL));
     assert_false(score_as("gaia", "{\"answer\": \"THE CASTLE\"}", "Castle", NULL));
+}
+
+/* The forms a judge accepts and the published rules did not: degrees and LaTeX, `x =`, dates
+ * in another order, units and thousands separators (docs/SCORING.md). */
+static void test_normalised_forms(void **state)
+{
+    (void)state;
+    assert_true(score_as("aime24", "{\"answer\": 45}", "\\boxed{45^\\circ}", NULL));
+    assert_true(score_as("aime24", "{\"answer\": 45}", "45^{\\circ}", NULL));
+    assert_true(score_as("aime24", "{\"answer\": 45}", "45°", NULL));
+    assert_true(score_as("aime24", "{\"answer\": 45}", "45 degrees", NULL));
+    assert_true(score_as("aime24", "{\"answer\": 33}", "x = 33", NULL));
+    assert_true(score_as("aime24", "{\"answer\": 33}", "Answer: $n=33$", NULL));
+    assert_true(score_as("amc23", "{\"answer\": 1200}", "\\text{1{,}200 cm}", NULL));
+    assert_true(score_as("amc23", "{\"answer\": 12000}", "12 000", NULL));
+    assert_true(score_as("amc23", "{\"answer\": 25}", "25 m^2", NULL));
+    assert_true(score_as("amc23", "{\"answer\": 60}", "60 km/h", NULL));
+    assert_false(score_as("amc23", "{\"answer\": 5}", "5 x 3", NULL));
+    assert_false(score_as("amc23", "{\"answer\": 3}", "3/4", NULL));
+    assert_false(score_as("amc23", "{\"answer\": 12}", "12 and 13", NULL));
+    assert_false(score_as("amc23", "{\"answer\": 33}", "x == 33", NULL));
+    assert_false(score_as("amc23", "{\"answer\": 45}", "46^\\circ", NULL));
+
+    const char *aug30 = "{\"answer\": \"August 30, 2007\"}";
+    assert_true(score_as("musique", aug30, "30 August 2007", NULL));
+    assert_true(score_as("musique", aug30, "30th of Aug. 2007", NULL));
+    assert_true(score_as("2wiki", aug30, "2007-08-30", NULL));
+    assert_true(score_as("gaia", aug30, "30 August 2007", NULL));
+    assert_false(score_as("musique", aug30, "31 August 2007", NULL));
+    assert_false(score_as("musique", aug30, "30 August 2008", NULL));
+    struct af_score s;
+    assert_true(score_as("2wiki", "{\"answer\": \"30 August 2007\"}", "August 30 2007", &s));
+    assert_true(s.f1 > 0.999);
+    af_score_deinit(&s);
+
+    assert_true(score_as("hotpotqa", "{\"answer\": [\"1,000\"]}", "1000 people", NULL));
+    assert_true(score_as("bamboogle", "{\"answer\": [\"3\"]}", "3 times", NULL));
+    assert_true(score_as("gaia", "{\"answer\": \"1500\"}", "1,500 m", NULL));
+    assert_true(score_as("gaia", "{\"answer\": \"12, 7\"}", "12 kg; 7 kg", NULL));
+    assert_false(score_as("hotpotqa", "{\"answer\": [\"3\"]}", "4 times", NULL));
 }
 
 #define GPQA "{\"choices\": [\"A. 0.9\", \"B. 0.7\", \"C. 0.1\"], \"answer\": \"B. 0.7\"}"
@@ -282,15 +323,15 @@ REAL(test_real_musique, "musique")
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_extract),        cmocka_unit_test(test_game24),
-        cmocka_unit_test(test_numbers),        cmocka_unit_test(test_qa),
-        cmocka_unit_test(test_gaia),           cmocka_unit_test(test_mcq),
-        cmocka_unit_test(test_errors),         cmocka_unit_test(test_real_2wiki),
-        cmocka_unit_test(test_real_aime24),    cmocka_unit_test(test_real_amc23),
-        cmocka_unit_test(test_real_bamboogle), cmocka_unit_test(test_real_gaia),
-        cmocka_unit_test(test_real_gameof24),  cmocka_unit_test(test_real_gpqa),
-        cmocka_unit_test(test_real_hotpotqa),  cmocka_unit_test(test_real_medqa),
-        cmocka_unit_test(test_real_musique),
+        cmocka_unit_test(test_extract),    cmocka_unit_test(test_game24),
+        cmocka_unit_test(test_numbers),    cmocka_unit_test(test_qa),
+        cmocka_unit_test(test_gaia),       cmocka_unit_test(test_normalised_forms),
+        cmocka_unit_test(test_mcq),        cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_real_2wiki), cmocka_unit_test(test_real_aime24),
+        cmocka_unit_test(test_real_amc23), cmocka_unit_test(test_real_bamboogle),
+        cmocka_unit_test(test_real_gaia),  cmocka_unit_test(test_real_gameof24),
+        cmocka_unit_test(test_real_gpqa),  cmocka_unit_test(test_real_hotpotqa),
+        cmocka_unit_test(test_real_medqa), cmocka_unit_test(test_real_musique),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -441,7 +441,7 @@ static void test_errors(void **state)
         snprintf(text, sizeof text, "%s\n\n%s\n%s\n", good, cases[i].line, good);
         const char *path = write_tmp("bad.jsonl", text);
         struct sft_data *d = (struct sft_data *)1;
-        assert_int_equal(sft_data_load(path, qwen, NULL, 0, &d, err, sizeof err), AF_EINVAL);
+        assert_int_equal(sft_data_load(path, qwen, NULL, 0, &d, err, sizeof err), AF_EPARSE);
         assert_null(d);
         if (!strstr(err, cases[i].want) || strncmp(err, path, strlen(path)))
             fail_msg("case %zu: got '%s', want '%s: ...%s'", i, err, path, cases[i].want);
@@ -450,7 +450,7 @@ static void test_errors(void **state)
     char err[1024] = "";
     struct sft_data *d = NULL;
     const char *path = write_tmp("col.jsonl", "{\"messages\": [1,]}\n");
-    assert_int_equal(sft_data_load(path, qwen, NULL, 0, &d, err, sizeof err), AF_EINVAL);
+    assert_int_equal(sft_data_load(path, qwen, NULL, 0, &d, err, sizeof err), AF_EPARSE);
     assert_non_null(strstr(err, "line 1: invalid JSON at column 17"));
     /* No template: say so and point at --chat-template. */
     SKIP_IF(!qwen_stub.tok);
@@ -496,7 +496,7 @@ static void test_gzip(void **state)
     assert_int_equal(af_file_write_atomic(cut, buf, n - 12, err, sizeof err), 0);
     d = NULL;
     int rc = sft_data_load(cut, qwen, NULL, 0, &d, err, sizeof err);
-    assert_true(rc == AF_EIO || rc == AF_EINVAL);
+    assert_true(rc == AF_EIO || rc == AF_EPARSE);
     assert_null(d);
     assert_non_null(strstr(err, cut));
 }

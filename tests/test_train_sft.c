@@ -10,6 +10,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,6 +25,7 @@
 #include "engine/model.h"
 #include "support/proc.h"
 #include "support/shared.h"
+#include "train/sft.h"
 
 static char dir[256], model[300], data[300];
 static int have_model;
@@ -370,6 +372,68 @@ static void test_errors(void **state)
     proc_result_deinit(&r);
 }
 
+/* The early-stopping rule: a new best is strictly lower and finite; K evaluations in a row
+ * without one stop the run. */
+static void test_early_stop_rule(void **state)
+{
+    (void)state;
+    struct train_early_stop e = {(double)INFINITY, 0, 0};
+    int stop = 0;
+    assert_int_equal(train_early_stop_update(&e, 2, 3.0, 2, &stop), 1);
+    assert_int_equal(train_early_stop_update(&e, 4, 2.5, 2, &stop), 1);
+    assert_false(stop);
+    assert_int_equal(train_early_stop_update(&e, 6, 2.5, 2, &stop), 0); /* equal is no gain */
+    assert_false(stop);
+    assert_int_equal(train_early_stop_update(&e, 8, (double)NAN, 2, &stop), 0);
+    assert_true(stop);
+    assert_true(e.best == 2.5 && e.best_step == 4);
+    e = (struct train_early_stop){(double)INFINITY, 0, 0};
+    for (int i = 0; i < 5; i++) /* patience 0: never stops */
+        (void)train_early_stop_update(&e, i, 1.0, 0, &stop);
+    assert_false(stop);
+}
+
+/* --val: val_loss lines in metrics.jsonl at every --eval-every step and the last, the best
+ * weights in best/, and what was written said on stdout. */
+static void test_validation(void **state)
+{
+    (void)state;
+    SKIP_WITHOUT_MODEL();
+    char out[400], val[400], path[500];
+    snprintf(out, sizeof out, "%s/val", dir);
+    snprintf(val, sizeof val, "%s/val.jsonl", dir);
+    sh("printf '%%s\\n' '{\"messages\":[{\"role\":\"user\",\"content\":\"What is 20 plus 40?\"},"
+       "{\"role\":\"assistant\",\"content\":\"60\"}]}' > %s",
+       val);
+    const char *opts[] = {
+        "--steps",      "5", "--lr",         "1e-2", "--lora-rank",  "4", "--val", val,
+        "--eval-every", "2", "--save-every", "5",    "--early-stop", "3", NULL};
+    struct proc_result r;
+    assert_int_equal(sft(out, opts, &r), 0);
+    if (r.exit_code != 0)
+        fail_msg("train sft exited %d: %s", r.exit_code, r.err);
+    assert_non_null(strstr(r.out, "wrote the LoRA adapter"));
+    proc_result_deinit(&r);
+    snprintf(path, sizeof path, "%s/metrics.jsonl", out);
+    assert_int_equal(proc_count_lines(path), 5 + 3); /* validated after steps 2, 4 and 5 */
+    size_t len;
+    char *m = slurp(path, &len);
+    assert_non_null(strstr(m, "{\"step\":2,\"val_loss\":"));
+    assert_non_null(strstr(m, "{\"step\":5,\"val_loss\":"));
+    free(m);
+    struct stat sb;
+    snprintf(path, sizeof path, "%s/best/adapter_model.safetensors", out);
+    assert_int_equal(stat(path, &sb), 0);
+    snprintf(path, sizeof path, "%s/best/best.json", out);
+    m = slurp(path, &len);
+    assert_non_null(strstr(m, "\"val_loss\""));
+    free(m);
+    /* --early-stop without --val is a usage error */
+    snprintf(out, sizeof out, "%s/val_bad", dir);
+    const char *bad[] = {"--early-stop", "2", NULL};
+    expect_fail(out, bad, 2, "--val");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -378,6 +442,8 @@ int main(void)
         cmocka_unit_test(test_kill_and_resume),
         cmocka_unit_test(test_full_model_loads),
         cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_early_stop_rule),
+        cmocka_unit_test(test_validation),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -321,6 +321,38 @@ static json_t *call_tool(struct af_tool *tool, const char *args_json, int *rc)
     return result;
 }
 
+/* Six passages, most holding "the", "is", "in": a question about one of them returns that one
+ * only, not the others padded in at a score of about 1e-6. */
+static void test_no_padding(void **state)
+{
+    struct tmp *t = *state;
+    const char *six = "{\"id\": \"a\", \"title\": \"Zurich\", \"text\": \"Zurich is the largest "
+                      "city in Switzerland.\"}\n"
+                      "{\"id\": \"b\", \"title\": \"Paris\", \"text\": \"Paris is the capital of "
+                      "France.\"}\n"
+                      "{\"id\": \"c\", \"title\": \"Curie\", \"text\": \"Marie Curie won the Nobel "
+                      "Prize in Physics.\"}\n"
+                      "{\"id\": \"d\", \"title\": \"Tokyo\", \"text\": \"Tokyo is the capital of "
+                      "Japan.\"}\n"
+                      "{\"id\": \"e\", \"title\": \"Bern\", \"text\": \"Bern is the capital of "
+                      "Switzerland.\"}\n"
+                      "{\"id\": \"f\", \"title\": \"Lyon\", \"text\": \"Lyon is a city in France "
+                      "on the Rhone.\"}\n";
+    const char *db = build_from(t, "six.jsonl", six, NULL);
+    struct wiki_index *ix = NULL;
+    char err[512];
+    assert_int_equal(wiki_index_open(db, 0, &ix, err, sizeof err), AF_OK);
+    json_t *hits = query(ix, "Who won the Nobel prize in physics", 5);
+    assert_int_equal(json_array_size(hits), 1);
+    assert_string_equal(top_id(hits), "c");
+    json_decref(hits);
+    hits = query(ix, "the largest city in Switzerland", 5); /* Zurich, Bern, Lyon */
+    assert_int_equal(json_array_size(hits), 3);
+    assert_string_equal(top_id(hits), "a");
+    json_decref(hits);
+    wiki_index_close(ix);
+}
+
 static void test_tool(void **state)
 {
     struct tmp *t = *state;
@@ -444,10 +476,15 @@ static void test_rank_matches_bm25(void **state)
                          SQLITE_OK);
         sqlite3_bind_text(s, 1, match, -1, SQLITE_STATIC);
         size_t n = 0;
+        int drop_floor = -1; /* the index leaves out near-zero rows when a better one exists */
         while (sqlite3_step(s) == SQLITE_ROW) {
+            double want = -sqlite3_column_double(s, 1);
+            if (drop_floor < 0)
+                drop_floor = want > 64 * 2.2e-6;
+            if (drop_floor && want <= 64 * 2.2e-6)
+                continue;
             assert_true(n < json_array_size(hits));
             json_t *h = json_array_get(hits, n);
-            double want = -sqlite3_column_double(s, 1);
             double got = json_real_value(json_object_get(h, "score"));
             if (fabs(got - want) > 1e-12 * (1.0 + fabs(want)))
                 fail_msg("'%s' row %zu: af_bm25 %.17g, bm25 %.17g", queries[qi], n, got, want);
@@ -786,6 +823,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_build_gzip, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bad_lines, setup, teardown),
         cmocka_unit_test_setup_teardown(test_missing_and_corrupt_db, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_no_padding, setup, teardown),
         cmocka_unit_test_setup_teardown(test_tool, setup, teardown),
         cmocka_unit_test_setup_teardown(test_common_words, setup, teardown),
         cmocka_unit_test_setup_teardown(test_rank_matches_bm25, setup, teardown),

@@ -166,8 +166,16 @@ AF_NODISCARD int af_engine_make_vocab(const char *const *texts, size_t n_texts, 
                                       const char *out_path, size_t *n_merges, char *err,
                                       size_t errlen);
 
-/* Writes a random-weight model (atomically). The same parameters give the same file. */
+/* The bool key, set to true, that af_engine_make_random writes into every file it makes. */
+#define AF_GGUF_KEY_RANDOM_WEIGHTS "agentflow.random_weights"
+/* Writes a random-weight model (atomically), with AF_GGUF_KEY_RANDOM_WEIGHTS set. The same
+ * parameters give the same file. Returns 0; AF_EINVAL for an unknown arch, shape or type;
+ * for a vocab_from file that is missing, unreadable or not a GGUF with a vocabulary, its
+ * error (AF_EIO, AF_ENOTFOUND, AF_EPARSE, ...), never AF_EINVAL; a write error of out_path. */
 AF_NODISCARD int af_engine_make_random(const struct af_engine_random_params *p,
                                        const char *out_path, char *err, size_t errlen);
+/* 1 when the GGUF file at path (borrowed) has AF_GGUF_KEY_RANDOM_WEIGHTS set to true, else 0
+ * (also when it cannot be read). Reads the header only. Safe from any thread. */
+int af_engine_random_weights(const char *path);
 
 #endif

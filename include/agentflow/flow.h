@@ -66,7 +66,24 @@ struct af_flow_step_info {
     const char *verdict; /* "STOP" or "CONTINUE" */
     double elapsed_ms;   /* since the solve began */
     double step_ms;
-    int failed; /* the step recorded an error */
+    int failed;         /* the step recorded an error */
+    const char *reason; /* when failed: why (the planner's unparsable reply, the tool's error,
+                           ...), one line; else NULL */
+};
+
+/* What the call callback is told before (done == 0) and after (done == 1) each LLM call of a
+ * module, so that a front end can show progress inside a long call (a query analysis may
+ * generate thousands of tokens). Borrowed for the call's duration. */
+struct af_flow_call_info {
+    const char *query_id;
+    const char *module; /* "query_analysis", "planner", "executor", "verifier",
+                           "direct_output", "final_output" */
+    int step;           /* 0 before the first step */
+    int max_tokens;     /* the call's token budget */
+    int done;
+    int64_t completion_tokens; /* when done; -1 when unknown */
+    double call_ms;            /* when done */
+    int err;                   /* when done: AF_OK or the back-end's error */
 };
 
 struct af_flow_params {
@@ -76,12 +93,15 @@ struct af_flow_params {
     size_t max_result_chars; /* cap on each string in a tool result; default 100000 */
     double tool_timeout_s;   /* deadline handed to each tool call; default 120 */
     int detailed_answer;     /* also write the long final answer; default 0 */
+    int render_python;       /* tool list, cards and memory in prompts as Python literals, as the
+                                released AgentFlow renders them; default 0: JSON */
     struct af_flow_slot slots[AF_N_SLOTS];
     const struct af_tool_registry *tools; /* borrowed */
     const struct af_prompts *prompts;     /* borrowed; NULL = compiled-in */
     struct af_trace *trace;               /* borrowed; NULL = none */
     void (*on_step)(void *user, const struct af_flow_step_info *info);
-    void *user;
+    void (*on_call)(void *user, const struct af_flow_call_info *info); /* may be NULL */
+    void *user; /* handed to on_step and on_call */
 };
 
 /* Defaults from the reference: 10 steps, 300 s; planner T=0.7, top_p 0.99, 2048 tokens,

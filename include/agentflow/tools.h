@@ -115,8 +115,13 @@ AF_NODISCARD int af_tool_registry_add(struct af_tool_registry *r, struct af_tool
 size_t af_tool_registry_count(const struct af_tool_registry *r);
 /* Tools in alphabetical order of their names. Borrowed. */
 struct af_tool *af_tool_registry_at(const struct af_tool_registry *r, size_t i);
-/* Finds a tool by name after canonicalisation (case, spaces, underscores). Borrowed or NULL. */
+/* Finds a tool by name after canonicalisation (case, spaces, underscores), or by an alias:
+ * the released AgentFlow's name for one of ours (Ground_Google_Search_Tool is Web_Search_Tool).
+ * Borrowed or NULL. */
 struct af_tool *af_tool_registry_find(const struct af_tool_registry *r, const char *name);
+/* The built-in tool name that `name` is an alias of (after canonicalisation), or NULL.
+ * Static. */
+const char *af_tool_alias_target(const char *name);
 
 /* Creates every built-in tool whose name is in `names` (comma-separated long names, canonical
  * matching; NULL or "" = all built-ins) and adds it to r. `opts` (borrowed, may be NULL) is a

@@ -31,6 +31,7 @@ enum {
     OPT_TOOLS,
     OPT_CONFIG,
     OPT_PROMPTS,
+    OPT_RENDER,
     OPT_DETAILED,
     OPT_TOOL_OPT,
     OPT_WIKI_DB,
@@ -75,6 +76,7 @@ static const struct option common_opts[] = {
     {"tools", required_argument, 0, OPT_TOOLS},
     {"config", required_argument, 0, OPT_CONFIG},
     {"prompts", required_argument, 0, OPT_PROMPTS},
+    {"render", required_argument, 0, OPT_RENDER},
     {"detailed", no_argument, 0, OPT_DETAILED},
     {"tool-opt", required_argument, 0, OPT_TOOL_OPT},
     {"wiki-db", required_argument, 0, OPT_WIKI_DB},
@@ -136,6 +138,7 @@ static int handle_string_opt(struct run_args *a, int o, const char *arg)
                       : o == OPT_MODEL   ? "model"
                       : o == OPT_TOOLS   ? "tools"
                       : o == OPT_PROMPTS ? "prompts"
+                      : o == OPT_RENDER  ? "render"
                                          : NULL;
     if (!key)
         return 0;
@@ -250,6 +253,9 @@ void run_common_usage(FILE *f)
                "  --max-time S       seconds, checked before each turn (default 300)\n"
                "  --tools LIST       comma-separated tool names (default: all built-ins)\n"
                "  --prompts DIR      override prompt templates with DIR/NAME.txt\n"
+               "  --render STYLE     json (default) or python: the tool list, cards and memory\n"
+               "                     in prompts as Python literals, as the released AgentFlow\n"
+               "                     writes them (for its planner checkpoint)\n"
                "  --tool-opt K=V     a tool option (repeatable; see docs/CONFIG.md)\n"
                "  --wiki-db DB       Wikipedia index (= --tool-opt wiki_db=DB)\n"
                "  --mcp \"CMD ARGS\"   start an MCP server over stdio and offer its tools\n"
@@ -318,7 +324,7 @@ int run_ctx_open(struct run_ctx *rc, const struct run_config *cfg)
     }
     if (af_tool_registry_add_mcp(rc->tools, cfg->tool_options, err, sizeof err)) {
         fprintf(stderr, "agentflow run: --mcp: %s\n", err);
-        return CLI_EINPUT;
+        return CLI_EBACKEND; /* a server that does not start or answer is a back-end failure */
     }
     if (af_prompts_load(cfg->prompts, &rc->prompts, err, sizeof err)) {
         fprintf(stderr, "agentflow run: --prompts: %s\n", err);
@@ -467,7 +473,7 @@ static void batch_job(void *arg, size_t i)
     json_t *j = af_flow_result_json(&res);
     json_object_set_new(j, "id", af_json_text(it->id));
     json_object_set_new(j, "query", af_json_text(it->query));
-    char *line = err == AF_OK ? json_dumps(j, JSON_COMPACT) : NULL;
+    char *line = err == AF_OK ? json_dumps(j, JSON_COMPACT | AF_JSON_REAL_OUT) : NULL;
     int wrc = line ? af_linelog_append(b->out, line, strlen(line)) : AF_OK;
     pthread_mutex_lock(&b->mu);
     if (err != AF_OK || wrc != AF_OK)

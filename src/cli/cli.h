@@ -10,7 +10,9 @@
 
 #include "agentflow/flow.h"
 
-enum { CLI_OK = 0, CLI_EUSAGE = 2, CLI_EBACKEND = 3, CLI_EINPUT = 4, CLI_EFAIL = 1 };
+/* The one rule: a bad flag 2, a back-end that fails 3, a file named on the command line that
+ * is missing or malformed 4. */
+enum { CLI_OK = 0, CLI_EUSAGE = 2, CLI_EBACKEND = 3, CLI_EINPUT = 4 };
 
 int cmd_run(int argc, char **argv);
 int cmd_tool(int argc, char **argv);
@@ -28,6 +30,10 @@ int cmd_world_traces(int argc, char **argv);
 int cmd_train_grpo(int argc, char **argv);
 /* `train plot RUN` (cmd_train_plot.c): curves.html and *.svg from RUN/metrics.jsonl. */
 int cmd_train_plot(int argc, char **argv);
+
+/* Prints a one-line notice on stderr when the model at `path` (a GGUF path, or a gguf: URL's
+ * part with an optional "+lora:DIR") has random weights (made by `model make-random`). */
+void cli_note_random_weights(const char *path);
 
 /* Maps an AF_E* code of a failed solve to an exit code. */
 int cli_exit_for(int af_err);

@@ -10,7 +10,8 @@
  *
  * Items are keyed by their index in the data array, never by pid (MedQA repeats pids).
  * Exit codes: 0 ok, 2 usage, 3 back-end error (run), 4 bad input file (missing file, bad JSON
- * line, index out of range, unwritable RUNDIR).
+ * line, index out of range, unwritable RUNDIR). eval score reports a bad line and goes on, then
+ * exits 4 after its summary.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -25,6 +26,7 @@
 #include "core/buf.h"
 #include "core/fileio.h"
 #include "core/jsonx.h"
+#include "core/xalloc.h"
 #include "eval/dataset.h"
 #include "eval/report.h"
 #include "eval/runner.h"
@@ -35,18 +37,38 @@ static void eval_usage(FILE *f)
 {
     fprintf(f, "usage: agentflow eval score --bench NAME --pred FILE.jsonl [--data-dir DIR]\n"
                "       agentflow eval run --bench NAME[,NAME...]|all --out RUNDIR [options]\n"
-               "                          (agentflow eval run --help for its options)\n"
                "       agentflow eval report RUNDIR\n"
-               "                          (agentflow eval report --help for what it writes)\n"
+               "\n"
+               "  score    score saved predictions against a benchmark, no model needed\n"
+               "  run      run benchmarks through the agent flow and score the answers\n"
+               "  report   write report.md, report.html and item pages for a run folder\n"
+               "\n"
+               "agentflow eval ACTION --help describes each. Benchmarks:");
+    for (const char *const *b = af_score_benchmarks(); *b; b++)
+        fprintf(f, " %s", *b);
+    fprintf(f, "\nExit codes: 0 ok, 2 usage (a bad flag), 3 back-end error (eval run), 4 a file\n"
+               "named on the command line that is missing or malformed.\n");
+}
+
+static void eval_score_usage(FILE *f)
+{
+    fprintf(f, "usage: agentflow eval score --bench NAME --pred FILE.jsonl [--data-dir DIR]\n"
                "\n"
                "Scores each prediction line {\"index\": N, \"answer\": \"...\"} against item N of\n"
                "DIR/NAME/data.json (DIR: --data-dir, else $AGENTFLOW_DATA, else\n"
-               "../shared/data/benchmarks). Prints {index, extracted, correct[, f1]} per line,\n"
-               "then {bench, n, correct, accuracy} (accuracy in %%).\n"
+               "../shared/data/benchmarks) with the rule scorers (docs/SCORING.md). Prints\n"
+               "{index, extracted, correct[, f1][, score_details]} per line (score_details\n"
+               "holds the gold matched and the reason for a wrong answer), then\n"
+               "{bench, n, correct, accuracy[, bad_lines][, duplicate_lines]} (accuracy in %%).\n"
+               "A line that is not a JSON object, has no \"answer\" or an index out of range is\n"
+               "reported on stderr (FILE:LINE: why) and left out; the rest are still scored.\n"
+               "A second line for an index already scored is ignored with a warning: the\n"
+               "first one counts.\n"
                "Benchmarks:");
     for (const char *const *b = af_score_benchmarks(); *b; b++)
         fprintf(f, " %s", *b);
-    fprintf(f, "\nExit: 0 ok, 2 usage, 3 back-end error (eval run), 4 bad input file.\n");
+    fprintf(f, "\nExit codes: 0 ok, 2 usage (a bad flag or benchmark name), 4 --pred or the\n"
+               "data file missing or malformed (after the summary when some lines were bad).\n");
 }
 
 struct eval_args {
@@ -59,7 +81,7 @@ static int parse_args(int argc, char **argv, struct eval_args *a)
         eval_usage(argc < 2 ? stderr : stdout);
         return argc < 2 ? CLI_EUSAGE : -1;
     }
-    if (strcmp(argv[1], "score") != 0 && strcmp(argv[1], "run") != 0) {
+    if (strcmp(argv[1], "score") != 0) {
         fprintf(stderr, "agentflow eval: unknown action \"%s\"\n", argv[1]);
         eval_usage(stderr);
         return CLI_EUSAGE;
@@ -67,7 +89,7 @@ static int parse_args(int argc, char **argv, struct eval_args *a)
     for (int i = 2; i < argc; i++) {
         const char **dst = NULL;
         if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
-            eval_usage(stdout);
+            eval_score_usage(stdout);
             return -1;
         } else if (strcmp(argv[i], "--bench") == 0) {
             dst = &a->bench;
@@ -90,7 +112,7 @@ static int parse_args(int argc, char **argv, struct eval_args *a)
     if (af_score_known(a->bench))
         return CLI_OK;
     fprintf(stderr, "agentflow eval score: unknown benchmark \"%s\"\n", a->bench);
-    eval_usage(stderr);
+    eval_score_usage(stderr);
     return CLI_EUSAGE;
 }
 
@@ -104,7 +126,8 @@ static int load_data(const struct eval_args *a, struct eval_dataset *out)
     return CLI_OK;
 }
 
-/* Parses one prediction line into *index and a borrowed *answer (valid while *obj lives). */
+/* Parses one prediction line into *index and a borrowed *answer (valid while *obj lives).
+ * A missing "answer" is an error (a null one scores as an empty answer). */
 static int parse_pred(const char *line, size_t len, size_t n_items, json_t **obj, size_t *index,
                       const char **answer, char *why, size_t whylen)
 {
@@ -121,7 +144,11 @@ static int parse_pred(const char *line, size_t len, size_t n_items, json_t **obj
         snprintf(why, whylen, "\"index\" must be an integer in [0, %zu)", n_items);
         return -1;
     }
-    if (!json_is_string(an) && !json_is_null(an) && an) {
+    if (!an) {
+        snprintf(why, whylen, "no \"answer\" field");
+        return -1;
+    }
+    if (!json_is_string(an) && !json_is_null(an)) {
         snprintf(why, whylen, "\"answer\" must be a string");
         return -1;
     }
@@ -130,6 +157,8 @@ static int parse_pred(const char *line, size_t len, size_t n_items, json_t **obj
     return 0;
 }
 
+/* One line per prediction; score_details carries the scorer's reason for a wrong answer
+ * (the field eval run writes). */
 static void print_result(const char *bench, size_t index, const struct af_score *s)
 {
     json_t *o = json_object();
@@ -138,16 +167,27 @@ static void print_result(const char *bench, size_t index, const struct af_score 
     json_object_set_new(o, "correct", json_boolean(s->correct));
     if (af_score_reports_f1(bench))
         json_object_set_new(o, "f1", json_real(s->f1));
-    char *line = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    if (s->details && json_object_size(s->details) > 0)
+        json_object_set(o, "score_details", s->details);
+    char *line = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER | AF_JSON_REAL_OUT);
     printf("%s\n", line ? line : "{}");
     free(line);
     json_decref(o);
 }
 
-static int score_lines(const struct eval_args *a, const json_t *items, const char *text, size_t *n,
-                       size_t *n_correct)
+struct score_tally {
+    size_t n, n_correct;
+    size_t n_bad, n_dup; /* lines reported on stderr and left out */
+};
+
+/* Scores every line of text. A bad line is reported (file:line: why) and skipped, and so is a
+ * second line for an index already scored (the first one counts): copies of one right answer
+ * must not raise the accuracy. */
+static void score_lines(const struct eval_args *a, const json_t *items, const char *text,
+                        struct score_tally *t)
 {
-    size_t lineno = 0;
+    size_t lineno = 0, n_items = json_array_size(items);
+    size_t *first_line = af_xcalloc(n_items ? n_items : 1, sizeof *first_line);
     for (const char *p = text; *p;) {
         const char *nl = strchr(p, '\n');
         size_t len = nl ? (size_t)(nl - p) : strlen(p);
@@ -160,11 +200,20 @@ static int score_lines(const struct eval_args *a, const json_t *items, const cha
         size_t index = 0;
         const char *answer = NULL;
         char why[256], err[512];
-        if (parse_pred(line, len, json_array_size(items), &obj, &index, &answer, why, sizeof why) !=
-            0) {
+        if (parse_pred(line, len, n_items, &obj, &index, &answer, why, sizeof why) != 0) {
             fprintf(stderr, "agentflow eval score: %s:%zu: %s\n", a->pred, lineno, why);
             json_decref(obj);
-            return CLI_EINPUT;
+            t->n_bad++;
+            continue;
+        }
+        if (first_line[index]) {
+            fprintf(stderr,
+                    "agentflow eval score: %s:%zu: index %zu already scored on line %zu; this "
+                    "line is ignored\n",
+                    a->pred, lineno, index, first_line[index]);
+            json_decref(obj);
+            t->n_dup++;
+            continue;
         }
         struct af_score s;
         int rc = af_score_item(a->bench, json_array_get(items, index), answer, &s, err, sizeof err);
@@ -172,14 +221,16 @@ static int score_lines(const struct eval_args *a, const json_t *items, const cha
         if (rc != AF_OK) {
             fprintf(stderr, "agentflow eval score: %s:%zu: item %zu: %s\n", a->pred, lineno, index,
                     err);
-            return CLI_EINPUT;
+            t->n_bad++;
+            continue;
         }
+        first_line[index] = lineno;
         print_result(a->bench, index, &s);
-        (*n)++;
-        *n_correct += s.correct ? 1 : 0;
+        t->n++;
+        t->n_correct += s.correct ? 1 : 0;
         af_score_deinit(&s);
     }
-    return CLI_OK;
+    free(first_line);
 }
 
 /* --- eval run ------------------------------------------------------------------------ */
@@ -343,10 +394,8 @@ static int eval_load_sets(char **names, const char *data_dir, struct eval_datase
     size_t count = 0;
     while (names[count])
         count++;
-    *sets = calloc(count ? count : 1, sizeof **sets);
+    *sets = af_xcalloc(count ? count : 1, sizeof **sets);
     *n = 0;
-    if (!*sets)
-        return CLI_EFAIL;
     for (size_t i = 0; i < count; i++) {
         char err[1024];
         if (eval_dataset_load(eval_data_dir(data_dir), names[i], &(*sets)[i], err, sizeof err) !=
@@ -388,7 +437,7 @@ static int eval_prepare(const struct eval_run_args *a, struct run_ctx *rc, char 
 
 static void print_json_line(json_t *j)
 {
-    char *line = json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(6));
+    char *line = json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER | AF_JSON_REAL_OUT);
     printf("%s\n", line ? line : "{}");
     free(line);
 }
@@ -416,8 +465,7 @@ static void eval_report_summary(const struct eval_run_args *a, const struct eval
     print_json_line(all);
     json_decref(all);
     fflush(stdout);
-    char *text = json_dumps(j, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(6)),
-         err[512];
+    char *text = json_dumps(j, JSON_INDENT(2) | JSON_PRESERVE_ORDER | AF_JSON_REAL_OUT), err[512];
     struct af_buf p;
     af_buf_init(&p, AF_BUF_NOLIMIT);
     (void)af_buf_printf(&p, "%s/summary.json", a->out);
@@ -584,15 +632,24 @@ static int cmd_eval_score(int argc, char **argv)
         rc = CLI_EINPUT;
         goto out;
     }
-    size_t n = 0, n_correct = 0;
-    if ((rc = score_lines(&a, set.items, text, &n, &n_correct)) != CLI_OK)
-        goto out;
+    struct score_tally t = {0};
+    score_lines(&a, set.items, text, &t);
     json_t *jb = json_string(a.bench);
     char *bench = json_dumps(jb, JSON_ENCODE_ANY);
     json_decref(jb);
-    printf("{\"bench\":%s,\"n\":%zu,\"correct\":%zu,\"accuracy\":%.2f}\n", bench ? bench : "\"\"",
-           n, n_correct, n ? 100.0 * (double)n_correct / (double)n : 0.0);
+    printf("{\"bench\":%s,\"n\":%zu,\"correct\":%zu,\"accuracy\":%.2f", bench ? bench : "\"\"", t.n,
+           t.n_correct, t.n ? 100.0 * (double)t.n_correct / (double)t.n : 0.0);
+    if (t.n_bad)
+        printf(",\"bad_lines\":%zu", t.n_bad);
+    if (t.n_dup)
+        printf(",\"duplicate_lines\":%zu", t.n_dup);
+    printf("}\n");
     free(bench);
+    if (t.n_bad) {
+        fprintf(stderr, "agentflow eval score: %s: %zu bad line(s) left out of the summary\n",
+                a.pred, t.n_bad);
+        rc = CLI_EINPUT;
+    }
 out:
     free(text);
     eval_dataset_deinit(&set);

@@ -10,6 +10,7 @@
 
 #include "cli/cli.h"
 #include "core/clock.h"
+#include "core/jsonx.h"
 #include "tools/wiki_index.h"
 
 static void index_usage(FILE *f)
@@ -145,7 +146,7 @@ static int index_query(int argc, char **argv)
         fprintf(stderr, "agentflow index query: %s\n", err);
         return exit_for(rc);
     }
-    char *s = json_dumps(hits, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+    char *s = json_dumps(hits, JSON_INDENT(2) | JSON_PRESERVE_ORDER | AF_JSON_REAL_OUT);
     printf("%s\n", s ? s : "[]");
     free(s);
     json_decref(hits);

@@ -12,6 +12,7 @@
 #include "agentflow/engine.h"
 #include "cli/cli.h"
 #include "core/clock.h"
+#include "core/jsonx.h"
 #include "engine/lora_merge.h"
 
 static void model_usage(FILE *f)
@@ -44,7 +45,11 @@ static void model_usage(FILE *f)
             "Shapes: tiny, small, qwen2.5-0.5b, qwen2.5-1.5b, qwen2.5-7b, llama3.2-1b,\n"
             "  llama3-8b. Types: F32 F16 BF16 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 Q4_K Q4_K_M Q5_K\n"
             "  Q5_K_M Q6_K.\n"
-            "Exit codes: 0 ok, 1 failure while running, 2 usage, 4 bad model or input file.\n");
+            "make-random writes the key " AF_GGUF_KEY_RANDOM_WEIGHTS " = true; loading such a\n"
+            "  file prints a one-line notice on stderr.\n"
+            "Exit codes: 0 ok, 2 usage (a bad flag or value), 3 the engine failed while\n"
+            "running, 4 a file named on the command line (model, --input, --vocab-from,\n"
+            "adapter, output) that is missing, malformed or cannot be written.\n");
 }
 
 enum {
@@ -271,6 +276,7 @@ static int open_engine(const struct model_args *a, struct af_engine **e)
         fprintf(stderr, "agentflow model: %s\n", err);
         return CLI_EINPUT;
     }
+    cli_note_random_weights(a->pos[0]);
     return CLI_OK;
 }
 
@@ -294,7 +300,7 @@ static int prompt_ids(struct af_engine *e, const struct model_args *a, const cha
     free(chat);
     if (rc) {
         fprintf(stderr, "agentflow model: %s\n", err);
-        return CLI_EFAIL;
+        return CLI_EBACKEND;
     }
     return CLI_OK;
 }
@@ -367,11 +373,11 @@ static int do_logits(const struct model_args *a)
     struct top_entry *all = malloc((size_t)nv * sizeof *all);
     if (!code && (!logits || !all)) {
         fprintf(stderr, "agentflow model logits: out of memory\n");
-        code = CLI_EFAIL;
+        code = CLI_EBACKEND;
     }
     if (!code && af_engine_logits(e, ids, n, 0, logits, err, sizeof err)) {
         fprintf(stderr, "agentflow model logits: %s\n", err);
-        code = CLI_EFAIL;
+        code = CLI_EBACKEND;
     }
     if (!code) {
         for (int64_t i = 0; i < nv; i++) {
@@ -413,7 +419,7 @@ static void print_result_json(const struct af_engine_result *r)
                           "n_generated", (json_int_t)r->n_ids, "ids", ids, "logprobs", lps,
                           "finish_reason", r->finish_reason ? r->finish_reason : "", "prefill_ms",
                           r->prefill_ms, "decode_ms", r->decode_ms);
-    char *s = json_dumps(j, JSON_COMPACT);
+    char *s = json_dumps(j, JSON_COMPACT | AF_JSON_REAL_OUT);
     printf("%s\n", s ? s : "{}");
     free(s);
     json_decref(j);
@@ -439,7 +445,7 @@ static int do_generate(struct model_args *a)
         struct af_engine_result r;
         if (af_engine_generate(e, ids, n, &a->gp, &r, err, sizeof err)) {
             fprintf(stderr, "\nagentflow model generate: %s\n", err);
-            code = CLI_EFAIL;
+            code = CLI_EBACKEND;
         } else if (a->json) {
             print_result_json(&r);
         } else {
@@ -472,7 +478,7 @@ static int bench_gen(struct af_engine *e, const int32_t *ids, size_t n, int n_ge
     gp.ignore_eos = 1;
     if (af_engine_generate(e, ids, n, &gp, r, err, sizeof err)) {
         fprintf(stderr, "agentflow model bench: %s\n", err);
-        return CLI_EFAIL;
+        return CLI_EBACKEND;
     }
     return CLI_OK;
 }
@@ -531,10 +537,14 @@ static int do_make_random(const struct model_args *a)
         fprintf(stderr, "agentflow model make-random: expected --arch ARCH ... OUT.gguf\n");
         return CLI_EUSAGE;
     }
-    if (af_engine_make_random(&a->rp, a->pos[0], err, sizeof err)) {
+    int rc = af_engine_make_random(&a->rp, a->pos[0], err, sizeof err);
+    if (rc) {
         fprintf(stderr, "agentflow model make-random: %s\n", err);
-        return CLI_EUSAGE;
+        return rc == AF_EINVAL ? CLI_EUSAGE : CLI_EINPUT; /* a bad flag, or a file at fault */
     }
+    printf("wrote %s: %s %s, %s, random weights (seed %llu), vocabulary %s\n", a->pos[0],
+           a->rp.arch, a->rp.shape ? a->rp.shape : "tiny", a->rp.type ? a->rp.type : "F32",
+           (unsigned long long)a->rp.seed, a->rp.vocab_from ? a->rp.vocab_from : "of bytes");
     return CLI_OK;
 }
 

@@ -5,11 +5,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli/batch.h"
 #include "cli/cli.h"
 #include "cli/config.h"
 #include "core/fileio.h"
+#include "core/jsonx.h"
 #include "core/xalloc.h"
 
 static void run_usage(FILE *f)
@@ -114,11 +116,47 @@ static int parse_args(int argc, char **argv, struct cmd_run_args *a)
 
 static void on_step(void *user, const struct af_flow_step_info *s)
 {
-    (void)user;
-    fprintf(stderr, "[%s%sstep %d] tool=%s verdict=%s%s time=%.2fs sub-goal: %.200s\n",
-            s->query_id[0] ? s->query_id : "", s->query_id[0] ? " " : "", s->step,
-            s->tool[0] ? s->tool : "(none)", s->verdict, s->failed ? " (failed)" : "",
+    const int *tty = user;
+    fprintf(stderr, "%s[%s%sstep %d] tool=%s verdict=%s%s time=%.2fs sub-goal: %.200s",
+            *tty ? "\r\033[K" : "", s->query_id[0] ? s->query_id : "", s->query_id[0] ? " " : "",
+            s->step, s->tool[0] ? s->tool : "(none)", s->verdict, s->failed ? " (failed)" : "",
             s->step_ms / 1000.0, s->sub_goal ? s->sub_goal : "");
+    if (s->failed && s->reason)
+        fprintf(stderr, "\n    failed because %.400s", s->reason);
+    fprintf(stderr, "\n");
+}
+
+static const char *module_label(const char *module)
+{
+    return !strcmp(module, "query_analysis")  ? "query analysis"
+           : !strcmp(module, "direct_output") ? "final answer"
+           : !strcmp(module, "final_output")  ? "detailed answer"
+                                              : module;
+}
+
+/* Progress inside a step: the query analysis and the answer get a line when they start and
+ * end (a random model writes thousands of tokens there); on a terminal every other call shows
+ * a transient status that the next line overwrites. */
+static void on_call(void *user, const struct af_flow_call_info *ci)
+{
+    const int *tty = user;
+    const int own_line = !strcmp(ci->module, "query_analysis") ||
+                         !strcmp(ci->module, "direct_output") ||
+                         !strcmp(ci->module, "final_output");
+    if (!own_line) {
+        if (*tty && !ci->done)
+            fprintf(stderr, "\r\033[K[step %d] %s: generating (up to %d tokens)...", ci->step,
+                    module_label(ci->module), ci->max_tokens);
+        return;
+    }
+    if (!ci->done)
+        fprintf(stderr, "%s[step %d] %s: generating (up to %d tokens)...%s", *tty ? "\r\033[K" : "",
+                ci->step, module_label(ci->module), ci->max_tokens, *tty ? "" : "\n");
+    else if (ci->err == AF_OK)
+        fprintf(stderr, "%s[step %d] %s: %lld tokens in %.2fs\n", *tty ? "\r\033[K" : "", ci->step,
+                module_label(ci->module), (long long)ci->completion_tokens, ci->call_ms / 1000.0);
+    else if (*tty)
+        fprintf(stderr, "\n");
 }
 
 static int solve_one(struct run_ctx *rc, const struct run_config *cfg, const char *query,
@@ -130,7 +168,7 @@ static int solve_one(struct run_ctx *rc, const struct run_config *cfg, const cha
     if (json_out) {
         json_t *j = af_flow_result_json(&res);
         json_object_set_new(j, "config", config_to_json(cfg));
-        char *s = json_dumps(j, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+        char *s = json_dumps(j, JSON_INDENT(2) | JSON_PRESERVE_ORDER | AF_JSON_REAL_OUT);
         printf("%s\n", s ? s : "{}");
         free(s);
         json_decref(j);
@@ -187,8 +225,13 @@ int cmd_run(int argc, char **argv)
         code = CLI_EINPUT;
         goto out;
     }
-    if (!a.quiet)
+    int stderr_tty = isatty(2); /* outlives every solve: they run inside this function */
+    if (!a.quiet) {
         rc.params.on_step = on_step;
+        rc.params.user = &stderr_tty;
+        if (!a.batch_in) /* concurrent solves would interleave their calls */
+            rc.params.on_call = on_call;
+    }
     if (a.batch_in)
         code = batch_run(&rc, a.batch_in, a.batch_out, a.concurrency, a.quiet);
     else

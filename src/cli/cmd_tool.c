@@ -10,6 +10,7 @@
 #include "cli/cli.h"
 #include "cli/config.h"
 #include "core/clock.h"
+#include "core/jsonx.h"
 
 static void tool_usage(FILE *f)
 {
@@ -21,15 +22,19 @@ static void tool_usage(FILE *f)
                "list   prints each tool's card as JSON: the built-ins, then the tools of the\n"
                "       MCP servers given by --mcp (repeatable) or the tool option mcp\n"
                "call   validates JSON arguments against the tool's card, runs the tool and\n"
-               "       prints {tool, args, result, error, duration_ms}. Exit 0 when the tool\n"
-               "       ran (even if it reported an error), 2 for usage errors. Tools that call\n"
+               "       prints {tool, args, result, error, duration_ms}. Tools that call\n"
                "       an LLM use --url/--model (or AGENTFLOW_URL/AGENTFLOW_MODEL). Tool\n"
-               "       options (docs/CONFIG.md) come from --tool-opt or their variables.\n");
+               "       options (docs/CONFIG.md) come from --tool-opt or their variables.\n"
+               "\n"
+               "Exit codes: 0 ok (call: the tool ran, even if it reported an error), 2 usage\n"
+               "(a bad flag, unknown tool, arguments the card refuses), 3 a tool could not be\n"
+               "set up (an MCP server that does not start or answer), 4 a file named on the\n"
+               "command line (a gguf: model, a scripted: file) that is missing or malformed.\n");
 }
 
 static int print_json(json_t *j)
 {
-    char *s = json_dumps(j, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+    char *s = json_dumps(j, JSON_INDENT(2) | JSON_PRESERVE_ORDER | AF_JSON_REAL_OUT);
     printf("%s\n", s ? s : "null");
     free(s);
     json_decref(j);
@@ -103,7 +108,7 @@ static int tool_list_cmd(int argc, char **argv, json_t *flags)
     }
     struct af_tool_registry *r = load_tools(json_object_get(flags, "tool_options"));
     if (!r)
-        return CLI_EFAIL;
+        return CLI_EBACKEND;
     int code = tool_list(r);
     af_tool_registry_free(r);
     return code;
@@ -122,11 +127,19 @@ static int run_call(struct af_tool *tool, json_t *args, const struct run_config 
     memset(&be, 0, sizeof be);
     struct af_tool_ctx ctx;
     memset(&ctx, 0, sizeof ctx);
-    /* Without a URL the tool still runs; one that needs its LLM reports that as its error. */
-    if (card->requires_llm && backends_open(cfg, &be, err, sizeof err) == AF_OK) {
-        ctx.llm = be.llm[AF_SLOT_TOOL];
-        ctx.sampling = &cfg->slots[AF_SLOT_TOOL].sampling;
-        ctx.model = cfg->slots[AF_SLOT_TOOL].model;
+    /* Without a URL the tool still runs; one that needs its LLM reports that as its error.
+     * A URL that was given but does not open is the user's to fix. */
+    if (card->requires_llm) {
+        int brc = backends_open(cfg, &be, err, sizeof err);
+        if (brc == AF_OK) {
+            ctx.llm = be.llm[AF_SLOT_TOOL];
+            ctx.sampling = &cfg->slots[AF_SLOT_TOOL].sampling;
+            ctx.model = cfg->slots[AF_SLOT_TOOL].model;
+        } else if (cfg->slots[AF_SLOT_FIXED].url || cfg->slots[AF_SLOT_TOOL].url) {
+            fprintf(stderr, "agentflow tool call: %s\n", err);
+            json_decref(valid);
+            return brc == AF_EINVAL ? CLI_EUSAGE : CLI_EINPUT;
+        }
     }
     double t0 = af_clock_ms();
     int rc = af_tool_call(tool, valid, &ctx, &result);
@@ -172,7 +185,7 @@ static int tool_call(int argc, char **argv, json_t *flags)
     }
     struct af_tool_registry *r = load_tools(json_object_get(flags, "tool_options"));
     if (!r)
-        return CLI_EFAIL;
+        return CLI_EBACKEND;
     struct af_tool *tool = af_tool_registry_find(r, argv[optind]);
     if (!tool) {
         fprintf(stderr, "agentflow tool call: unknown tool '%s' (see 'agentflow tool list')\n",

@@ -53,7 +53,18 @@ static void train_usage(FILE *f)
             "                        --steps); continue later with --resume\n"
             "  --chat-template NAME  chatml or llama3 instead of the model's\n"
             "  -t, --threads N       threads (default: all cores)\n"
-            "  --quiet               no progress display\n");
+            "  --val FILE            held-out chat JSONL: validation loss (val_loss) in\n"
+            "                        metrics.jsonl, the best weights so far in DIR/best/\n"
+            "  --eval-every N        validate every N steps and at the last (default:\n"
+            "                        --save-every)\n"
+            "  --early-stop K        stop after K validations in a row without a lower\n"
+            "                        val_loss (DIR/best/ keeps the best)\n"
+            "  --quiet               no progress display\n"
+            "\n"
+            "Exit codes: 0 ok, 2 usage (a bad flag or value, an unknown --chat-template, an\n"
+            "--out that holds another run, a --resume whose settings differ), 4 a file named\n"
+            "on the command line (--model, --data, --val) that is missing or malformed, or an\n"
+            "--out that cannot be written.\n");
 }
 
 enum {
@@ -85,7 +96,10 @@ enum {
     O_RESUME,
     O_STOP,
     O_TEMPLATE,
-    O_QUIET
+    O_QUIET,
+    O_VAL,
+    O_EVAL_EVERY,
+    O_EARLY_STOP
 };
 
 static const struct option train_opts[] = {
@@ -119,6 +133,9 @@ static const struct option train_opts[] = {
     {"chat-template", required_argument, NULL, O_TEMPLATE},
     {"threads", required_argument, NULL, 't'},
     {"quiet", no_argument, NULL, O_QUIET},
+    {"val", required_argument, NULL, O_VAL},
+    {"eval-every", required_argument, NULL, O_EVAL_EVERY},
+    {"early-stop", required_argument, NULL, O_EARLY_STOP},
     {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0},
 };
@@ -218,6 +235,15 @@ static int do_sft(int argc, char **argv)
         case O_TEMPLATE:
             o.chat_template = optarg;
             break;
+        case O_VAL:
+            o.val_path = optarg;
+            break;
+        case O_EVAL_EVERY:
+            bad = num("eval-every", optarg, 1, 1e12, &d), o.eval_every = (int64_t)d;
+            break;
+        case O_EARLY_STOP:
+            bad = num("early-stop", optarg, 1, 1e6, &d), o.early_stop = (int)d;
+            break;
         case O_TARGETS:
             if (lora_targets_parse(optarg, &o.lora_targets, err, sizeof err)) {
                 fprintf(stderr, "agentflow train: --lora-targets: %s\n", err);
@@ -312,6 +338,15 @@ static int do_sft(int argc, char **argv)
         fprintf(stderr, "agentflow train sft: %s\n", err);
         return rc == AF_EINVAL ? CLI_EUSAGE : CLI_EINPUT;
     }
+    if (o.full)
+        printf("wrote %s/model.gguf (every weight trained; --url gguf:%s/model.gguf), "
+               "metrics in %s/metrics.jsonl, checkpoints in %s/checkpoint-*/\n",
+               o.out_dir, o.out_dir, o.out_dir, o.out_dir);
+    else
+        printf("wrote the LoRA adapter to %s/ (adapter_model.safetensors, adapter_config.json; "
+               "--url gguf:%s+lora:%s), metrics in %s/metrics.jsonl, checkpoints in "
+               "%s/checkpoint-*/\n",
+               o.out_dir, o.model_path, o.out_dir, o.out_dir, o.out_dir);
     return CLI_OK;
 }
 

@@ -9,6 +9,7 @@
 
 #include "agentflow/engine.h"
 #include "agentflow/world.h"
+#include "cli/cli.h"
 #include "core/xalloc.h"
 
 static void set_str(char **dst, const char *v)
@@ -221,6 +222,11 @@ static int apply_top_key(struct run_config *c, const char *k, json_t *v, const c
         if (!json_is_string(v))
             return bad(err, errlen, origin, k, "a string");
         set_str(!strcmp(k, "prompts") ? &c->prompts : &c->trace, json_string_value(v));
+    } else if (!strcmp(k, "render")) {
+        const char *r = json_string_value(v);
+        if (!r || (strcmp(r, "json") && strcmp(r, "python")))
+            return bad(err, errlen, origin, k, "\"json\" or \"python\"");
+        c->render_python = !strcmp(r, "python");
     } else if (!strcmp(k, "detailed")) {
         if (!json_is_boolean(v))
             return bad(err, errlen, origin, k, "true or false");
@@ -415,6 +421,8 @@ static struct af_llm *open_one(const struct run_config *c, const struct slot_cfg
         struct af_llm *llm = af_llm_gguf_new(s->url + 5, &ep, msg, sizeof msg);
         if (!llm)
             snprintf(err, errlen, "%s slot: %s", slot, msg);
+        else
+            cli_note_random_weights(s->url + 5);
         return llm;
     }
     if (!strncmp(s->url, "expert:", 7)) {
@@ -486,6 +494,7 @@ void config_flow_params(const struct run_config *c, const struct backends *b,
     p->max_steps = c->max_steps;
     p->max_time_s = c->max_time_s;
     p->detailed_answer = c->detailed;
+    p->render_python = c->render_python;
     for (int i = 0; i < AF_N_SLOTS; i++) {
         p->slots[i].llm = b->llm[i];
         p->slots[i].model = c->slots[i].model;
@@ -522,6 +531,7 @@ json_t *config_to_json(const struct run_config *c)
     json_object_set_new(j, "tools", c->tools ? json_string(c->tools) : json_null());
     json_object_set_new(j, "prompts", c->prompts ? json_string(c->prompts) : json_null());
     json_object_set_new(j, "detailed", json_boolean(c->detailed));
+    json_object_set_new(j, "render", json_string(c->render_python ? "python" : "json"));
     json_object_set_new(j, "tool_options", json_deep_copy(c->tool_options));
     json_object_set_new(j, "threads", json_integer(c->threads));
     json_object_set_new(j, "ctx", json_integer((json_int_t)c->ctx));
@@ -550,4 +560,17 @@ int config_tool_opt_flag(json_t *flags, const char *kv, char *err, size_t errlen
     json_object_set_new(o, key, json_string(eq + 1));
     free(key);
     return AF_OK;
+}
+
+void cli_note_random_weights(const char *path)
+{
+    const char *lora = strstr(path, "+lora:");
+    size_t n = lora ? (size_t)(lora - path) : strlen(path);
+    char *file = af_xstrndup(path, n);
+    if (af_engine_random_weights(file))
+        fprintf(stderr,
+                "agentflow: note: %s has random weights (written by agentflow model "
+                "make-random): every module runs, but its replies are noise\n",
+                file);
+    free(file);
 }

@@ -33,6 +33,7 @@ struct run_config {
     char *prompts; /* folder of template overrides */
     char *trace;   /* JSONL trace file */
     int detailed;
+    int render_python;    /* prompts show tools, cards and memory as Python literals */
     json_t *tool_options; /* object of strings read by the tools (owned) */
     int threads;          /* in-process engine: OpenMP threads (0 = all cores) */
     int64_t ctx;          /* in-process engine: tokens per sequence (0 = the model's) */

@@ -16,14 +16,19 @@ static void usage(FILE *f)
                "commands:\n"
                "  run      answer a query (or a batch of queries) with the agent flow\n"
                "  tool     list the tools or call one directly\n"
-               "  eval     score predictions against a benchmark\n"
+               "  eval     benchmarks: run them through the flow (eval run), write the reports\n"
+               "           of a run (eval report), or score saved predictions (eval score)\n"
                "  index    build or query the offline Wikipedia passage index\n"
                "  model    inspect, run, benchmark, quantize, merge or generate GGUF models\n"
-               "  train    fine-tune a model (sft: chat JSONL; grpo: Flow-GRPO in the flow)\n"
+               "  train    fine-tune a model (sft: chat JSONL; grpo: Flow-GRPO in the flow;\n"
+               "           plot: curves of a run)\n"
                "  world    generate the practice world: encyclopedia, questions, index\n"
                "  version  print the version\n"
                "\n"
-               "Run 'agentflow COMMAND --help' for a command's options.\n");
+               "Run 'agentflow COMMAND --help' for a command's options.\n"
+               "Exit codes, for every command: 0 ok, 2 usage (a bad flag or value), 3 a\n"
+               "back-end failed (an LLM server, the engine, a tool's server), 4 a file named on\n"
+               "the command line that is missing or malformed (or cannot be written).\n");
 }
 
 int cli_exit_for(int af_err)
@@ -39,8 +44,10 @@ int cli_exit_for(int af_err)
         return CLI_EBACKEND;
     case AF_EINVAL:
         return CLI_EUSAGE;
-    default:
-        return CLI_EFAIL;
+    case AF_ETOOBIG: /* a named input over a limit */
+        return CLI_EINPUT;
+    default: /* a tool's or the engine's failure, or a bug: not the user's input */
+        return CLI_EBACKEND;
     }
 }
 

@@ -10,6 +10,12 @@
 #include <jansson.h>
 #include <stddef.h>
 
+/* The json_dumps flag for JSON that people and other programs read (CLI output, results,
+ * memory as the model sees it): reals with 9 significant digits, enough for any float and for
+ * our timings, without the 17-digit noise of an exact double (0.80000000000000004). Files
+ * that must round-trip a double bit for bit (checkpoints, cache keys) do not use it. */
+#define AF_JSON_REAL_OUT JSON_REAL_PRECISION(9)
+
 /* A JSON string of s (NULL -> ""), with invalid UTF-8 bytes replaced by U+FFFD. New ref. */
 json_t *af_json_text(const char *s);
 json_t *af_json_textn(const char *s, size_t len);

@@ -109,26 +109,29 @@ static int64_t byte_vocab(struct gguf_writer *w, int64_t n_vocab, int llama)
     return n;
 }
 
-/* Copies the tokenizer.* keys of `path`; returns the vocabulary size or -1. */
-static int64_t copy_vocab(struct gguf_writer *w, const char *path, char *err, size_t errlen)
+/* Copies the tokenizer.* keys of `path` and sets *n_vocab. Returns 0, or gguf_open's code
+ * (missing or unreadable file, not a GGUF), or AF_EPARSE when it has no vocabulary. */
+static int copy_vocab(struct gguf_writer *w, const char *path, int64_t *n_vocab, char *err,
+                      size_t errlen)
 {
     struct gguf_file *g = NULL;
-    if (gguf_open(path, &g, err, errlen))
-        return -1;
+    int rc = gguf_open(path, &g, err, errlen);
+    if (rc)
+        return rc;
     const struct gguf_kv *tk = gguf_find_kv(g, "tokenizer.ggml.tokens");
     if (!tk || tk->type != GGUF_ARRAY || tk->arr_type != GGUF_STRING) {
         af_errf(err, errlen, "%s: no tokenizer.ggml.tokens string array", path);
         gguf_close(g);
-        return -1;
+        return AF_EPARSE;
     }
-    int64_t n = (int64_t)tk->arr_n;
+    *n_vocab = (int64_t)tk->arr_n;
     for (uint64_t i = 0; i < gguf_n_kv(g); i++) {
         const struct gguf_kv *kv = gguf_kv_at(g, i);
         if (kv->key.n > 10 && !memcmp(kv->key.s, "tokenizer.", 10))
             gguf_writer_copy_kv(w, kv);
     }
     gguf_close(g);
-    return n;
+    return AF_OK;
 }
 
 struct rand_tensor {
@@ -215,6 +218,8 @@ static void set_hparams(struct gguf_writer *w, const struct shape *sh, const cha
     gguf_writer_set_str(w, "general.architecture", arch);
     snprintf(key, sizeof key, "random-%s-%s", arch, sh->name);
     gguf_writer_set_str(w, "general.name", key);
+    /* Says that the weights are noise, so that whoever loads the file can be told. */
+    gguf_writer_set_bool(w, AF_GGUF_KEY_RANDOM_WEIGHTS, 1);
     gguf_writer_set_u32(w, "general.file_type", ftype);
     gguf_writer_set_u32(w, "general.quantization_version", 2);
 #define HP(suffix, v)                                                                              \
@@ -289,11 +294,15 @@ int af_engine_make_random(const struct af_engine_random_params *p, const char *o
     }
     struct gguf_writer *w = gguf_writer_new();
     set_hparams(w, sh, qwen ? "qwen2" : "llama", plan.ftype);
-    int64_t n_vocab = p->vocab_from ? copy_vocab(w, p->vocab_from, err, errlen)
-                                    : byte_vocab(w, sh->n_vocab, !qwen);
-    if (n_vocab < 0) {
-        gguf_writer_free(w);
-        return AF_EINVAL;
+    int64_t n_vocab = 0;
+    if (p->vocab_from) {
+        int vrc = copy_vocab(w, p->vocab_from, &n_vocab, err, errlen);
+        if (vrc) {
+            gguf_writer_free(w);
+            return vrc == AF_EINVAL ? AF_EPARSE : vrc; /* a bad file, never a bad argument */
+        }
+    } else {
+        n_vocab = byte_vocab(w, sh->n_vocab, !qwen);
     }
     if (sh->n_vocab > n_vocab)
         n_vocab = sh->n_vocab; /* embedding rows past the vocabulary, as real models pad */
@@ -332,4 +341,16 @@ int af_engine_make_random(const struct af_engine_random_params *p, const char *o
     free(ts);
     gguf_writer_free(w);
     return rc;
+}
+
+int af_engine_random_weights(const char *path)
+{
+    struct gguf_file *g = NULL;
+    char err[256];
+    int on = 0;
+    if (gguf_open(path, &g, err, sizeof err) == AF_OK &&
+        gguf_get_bool(g, AF_GGUF_KEY_RANDOM_WEIGHTS, &on, err, sizeof err) != AF_OK)
+        on = 0;
+    gguf_close(g);
+    return on != 0;
 }

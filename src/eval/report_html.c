@@ -8,6 +8,7 @@
  * piece of data is HTML-escaped; long fields show their first REPORT_FIELD_CAP bytes with a
  * note. A missing, unreadable or torn trace is said so on the page.
  */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,7 +35,8 @@ static const char report_css[] =
     ".ok{color:#17702a;font-weight:bold}.bad{color:#b00020;font-weight:bold}.note{color:#8a5a00}"
     ".rec{border-left:4px solid #4e79a7;padding:.2em .8em;margin:1em 0}.rec.tool{border-color:"
     "#f28e2b}.rec.final{border-color:#59a14f}.rec.bad{border-color:#b00020}h3{margin:.3em 0}"
-    "svg.chart{margin:.5em 1em .5em 0;border:1px solid #eee}summary{cursor:pointer}";
+    "svg.chart{margin:.5em 1em .5em 0;border:1px solid #eee}summary{cursor:pointer}"
+    "table.inner{margin:0}";
 
 static void page_head(struct af_buf *b, const char *title)
 {
@@ -406,18 +408,132 @@ void report_html_main(struct af_buf *b, const struct report_model *m)
 
 /* --- item pages --------------------------------------------------------------------------- */
 
-/* One row of the item's field table: a <pre> of the value. */
+/* A scalar as table-cell text: strings as they are, numbers plainly, others as JSON. */
+static void scalar_cell(struct af_buf *b, const json_t *v)
+{
+    if (json_is_integer(v))
+        (void)af_buf_printf(b, "%lld", (long long)json_integer_value(v));
+    else if (json_is_real(v))
+        (void)af_buf_printf(b, "%g", json_real_value(v));
+    else if (json_is_boolean(v))
+        verdict(b, v);
+    else
+        cell_json(b, v);
+}
+
+/* 1 when no member or element of v (an array or object) is itself an array or object. */
+static int all_scalars(const json_t *v)
+{
+    if (json_is_array(v)) {
+        for (size_t i = 0; i < json_array_size(v); i++)
+            if (json_is_object(json_array_get(v, i)) || json_is_array(json_array_get(v, i)))
+                return 0;
+        return 1;
+    }
+    for (void *it = json_object_iter((json_t *)(uintptr_t)v); it;
+         it = json_object_iter_next((json_t *)(uintptr_t)v, it)) {
+        const json_t *e = json_object_iter_value(it);
+        if (json_is_object(e) || json_is_array(e))
+            return 0;
+    }
+    return 1;
+}
+
+/* {row: {column: scalar}} (the tokens per module) as one table, columns in order of first
+ * appearance. Returns 0 when v has another shape. */
+static int object_grid(struct af_buf *b, const json_t *v)
+{
+    const char *row, *col;
+    const json_t *r, *cell;
+    json_t *cols = json_array();
+    json_object_foreach((json_t *)(uintptr_t)v, row, r)
+    {
+        if (!json_is_object(r) || !all_scalars(r)) {
+            json_decref(cols);
+            return 0;
+        }
+        json_object_foreach((json_t *)(uintptr_t)r, col, cell)
+        {
+            size_t i, have = 0;
+            const json_t *c;
+            json_array_foreach(cols, i, c) have |= !strcmp(json_string_value(c), col);
+            if (!have)
+                json_array_append_new(cols, json_string(col));
+        }
+    }
+    size_t i;
+    const json_t *c;
+    (void)af_buf_puts(b, "<table class=\"inner\">\n<tr><th></th>");
+    json_array_foreach(cols, i, c)
+    {
+        (void)af_buf_puts(b, "<th>");
+        svg_escape(b, json_string_value(c));
+        (void)af_buf_puts(b, "</th>");
+    }
+    (void)af_buf_puts(b, "</tr>\n");
+    json_object_foreach((json_t *)(uintptr_t)v, row, r)
+    {
+        (void)af_buf_puts(b, "<tr><th class=\"l\">");
+        svg_escape(b, row);
+        (void)af_buf_puts(b, "</th>");
+        json_array_foreach(cols, i, c)
+        {
+            (void)af_buf_puts(b, "<td>");
+            cell = json_object_get(r, json_string_value(c));
+            if (cell)
+                scalar_cell(b, cell);
+            (void)af_buf_puts(b, "</td>");
+        }
+        (void)af_buf_puts(b, "</tr>\n");
+    }
+    (void)af_buf_puts(b, "</table>\n");
+    json_decref(cols);
+    return 1;
+}
+
+/* A structured value as a table instead of a JSON dump: a list of scalars one per row, an
+ * object of scalars as key / value rows, an object of objects as a grid. Other shapes (and
+ * strings) go in a <pre>. */
+static void value_table(struct af_buf *b, const json_t *v)
+{
+    size_t i;
+    const char *k;
+    const json_t *e;
+    if (json_is_array(v) && json_array_size(v) > 0 && all_scalars(v)) {
+        (void)af_buf_puts(b, "<table class=\"inner\">\n");
+        json_array_foreach(v, i, e)
+        {
+            (void)af_buf_printf(b, "<tr><th>%zu</th><td class=\"l\">", i + 1);
+            scalar_cell(b, e);
+            (void)af_buf_puts(b, "</td></tr>\n");
+        }
+        (void)af_buf_puts(b, "</table>\n");
+    } else if (json_is_object(v) && json_object_size(v) > 0 && all_scalars(v)) {
+        (void)af_buf_puts(b, "<table class=\"inner\">\n");
+        json_object_foreach((json_t *)(uintptr_t)v, k, e)
+        {
+            (void)af_buf_puts(b, "<tr><th class=\"l\">");
+            svg_escape(b, k);
+            (void)af_buf_puts(b, "</th><td class=\"l\">");
+            scalar_cell(b, e);
+            (void)af_buf_puts(b, "</td></tr>\n");
+        }
+        (void)af_buf_puts(b, "</table>\n");
+    } else if (!(json_is_object(v) && json_object_size(v) > 0 && object_grid(b, v))) {
+        pre_json(b, v);
+    }
+}
+
+/* One row of the item's field table: the value as text, a table, or a <pre>. */
 static void field_row(struct af_buf *b, const char *name, const json_t *v)
 {
     if (!v)
         return;
     (void)af_buf_printf(b, "<tr><th class=\"l\">%s</th><td class=\"l\">", name);
-    if (json_is_boolean(v))
-        verdict(b, v);
-    else if (json_is_integer(v))
-        (void)af_buf_printf(b, "%lld", (long long)json_integer_value(v));
-    else if (json_is_real(v))
-        (void)af_buf_printf(b, "%g", json_real_value(v));
+    if (json_is_boolean(v) || json_is_number(v))
+        scalar_cell(b, v);
+    else if (json_is_array(v) || json_is_object(v))
+        value_table(b, v);
     else
         pre_json(b, v);
     (void)af_buf_puts(b, "</td></tr>\n");

@@ -146,7 +146,7 @@ static int write_run_json(const struct runner *r, char *err, size_t errlen)
     json_object_set_new(j, "trials", json_integer(r->o->trials));
     json_object_set_new(j, "concurrency", json_integer(r->o->concurrency));
     json_object_set_new(j, "started_at", json_string(now));
-    char *text = json_dumps(j, JSON_INDENT(2));
+    char *text = json_dumps(j, JSON_INDENT(2) | AF_JSON_REAL_OUT);
     json_decref(j);
     struct af_buf path;
     af_buf_init(&path, AF_BUF_NOLIMIT);
@@ -300,7 +300,7 @@ static void finish_job(struct runner *r, const struct job *jb, const json_t *ite
         json_decref(j);
         return;
     }
-    char *line = json_dumps(j, JSON_COMPACT);
+    char *line = json_dumps(j, JSON_COMPACT | AF_JSON_REAL_OUT);
     json_decref(j);
     if (!line || af_linelog_append(r->out, line, strlen(line)) != AF_OK) {
         oc->failed = 1;

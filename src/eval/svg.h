@@ -23,8 +23,8 @@ void svg_escape(struct af_buf *b, const char *s);
 #define SVG_MAX_SERIES 4
 
 /* A grouped bar chart: n_groups groups (labels[i]) of n_series bars each (values[s][i]; a
- * negative value is drawn as "no data"). y runs from 0 to y_max (at least the largest value);
- * value labels are printed with `decimals` digits after the point. */
+ * negative value is drawn as "no data"). y runs from 0 to y_max (at least the largest value),
+ * rounded up to a nice tick; value labels are printed with `decimals` digits after the point. */
 struct svg_bars {
     const char *title;                        /* shown above the chart, escaped */
     const char *y_label;                      /* e.g. "accuracy (%)" */
@@ -37,8 +37,30 @@ struct svg_bars {
     int decimals;
 };
 
-/* Appends an <svg> element drawing c. */
+/* Where svg_bar_chart puts things, in SVG user units (exposed for tests). */
+struct svg_bar_geom {
+    double width, height;
+    double plot_left, plot_top, plot_w; /* the plot is SVG_BAR_PLOT_H high */
+    double group_w, bar_w; /* each group's slot across the plot; one bar's slot in it */
+    double y_step, y_top;  /* y ticks: 0, y_step, ... y_top (a nice step) */
+    int rotate;            /* x labels rotated (they do not fit their group) */
+    int has_legend;
+    double legend_y; /* baseline of the legend's row, under the title's */
+};
+#define SVG_BAR_PLOT_H 200.0
+
+/* Lays c out from measured text widths: the title and the legend on rows of their own, the
+ * plot at least 300 wide with groups spread evenly over it, y ticks at a nice step (1, 2 or
+ * 5 times a power of ten) up to a multiple of it, x labels rotated when they do not fit. */
+void svg_bar_layout(const struct svg_bars *c, struct svg_bar_geom *g);
+/* Appends an <svg> element drawing c, laid out by svg_bar_layout. */
 void svg_bar_chart(struct af_buf *b, const struct svg_bars *c);
+
+/* The width in px of s (UTF-8) set in sans-serif at font_px, measured with DejaVu Sans's
+ * advance widths (wider than Arial's, so the estimate errs on the roomy side). */
+double svg_text_width(const char *s, double font_px);
+/* 1, 2 or 5 times a power of ten, about span / n_ticks (1 when span is not positive). */
+double svg_nice_step(double span, double n_ticks);
 
 /* Line charts (svg_line.c): training curves over steps. More series than the bar chart's,
  * since a tool mix has one per tool. */

@@ -40,16 +40,6 @@ static int point_ok(const struct svg_line_series *s, size_t i)
     return isfinite(s->x[i]) && isfinite(s->y[i]);
 }
 
-/* 1, 2 or 5 times a power of ten, about span / n_ticks. */
-static double nice_step(double span, double n_ticks)
-{
-    double raw = span / n_ticks;
-    if (!(raw > 0) || !isfinite(raw))
-        return 1.0;
-    double mag = pow(10.0, floor(log10(raw))), f = raw / mag;
-    return (f <= 1.0 ? 1.0 : f <= 2.0 ? 2.0 : f <= 5.0 ? 5.0 : 10.0) * mag;
-}
-
 static void line_frame(const struct svg_lines *c, struct line_frame *f)
 {
     double x_lo = HUGE_VAL, x_hi = -HUGE_VAL, y_lo = HUGE_VAL, y_hi = -HUGE_VAL;
@@ -82,13 +72,13 @@ static void line_frame(const struct svg_lines *c, struct line_frame *f)
         double pad = y_lo != 0 ? fabs(y_lo) * 0.1 : 1.0;
         y_lo -= pad, y_hi += pad;
     }
-    f->y_step = nice_step(y_hi - y_lo, 5);
+    f->y_step = svg_nice_step(y_hi - y_lo, 5);
     if (!fixed) { /* round out to whole ticks; the epsilon keeps 0.3 / 0.1 from becoming 4 */
         y_lo = floor(y_lo / f->y_step + 1e-9) * f->y_step;
         y_hi = ceil(y_hi / f->y_step - 1e-9) * f->y_step;
     }
     f->x_lo = x_lo, f->x_hi = x_hi, f->y_lo = y_lo, f->y_hi = y_hi;
-    f->x_step = nice_step(x_hi - x_lo, 6);
+    f->x_step = svg_nice_step(x_hi - x_lo, 6);
 }
 
 static double clamp_px(double v)

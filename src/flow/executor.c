@@ -46,6 +46,28 @@ static json_t *error_text(const char *tool, const char *what)
     return af_json_text(buf);
 }
 
+/* What the model sees of a result (consumes res). Wall-clock figures differ on every run, so
+ * in memory they would change every later prompt and defeat the response cache's replay; they
+ * stay in the call record, which is what the trace writes. */
+static json_t *model_view(json_t *res)
+{
+    static const char *const wall_clock_keys[] = {"duration_ms"};
+    size_t n = sizeof wall_clock_keys / sizeof wall_clock_keys[0];
+    json_t *v = res;
+    if (!json_is_object(res))
+        return res;
+    for (size_t i = 0; i < n; i++) {
+        if (!json_object_get(v, wall_clock_keys[i]))
+            continue;
+        if (v == res) {
+            v = json_deep_copy(res);
+            json_decref(res);
+        }
+        json_object_del(v, wall_clock_keys[i]);
+    }
+    return v;
+}
+
 static void run_one(struct af_tool *tool, const struct af_pycall *call,
                     const struct af_tool_ctx *ctx, size_t max_chars, struct exec_outcome *out)
 {
@@ -72,7 +94,7 @@ static void run_one(struct af_tool *tool, const struct af_pycall *call,
     json_object_set(rec, "result", res);
     json_object_set_new(rec, "duration_ms", json_real(af_clock_ms() - t0));
     json_array_append_new(out->calls, rec);
-    json_array_append_new(out->result, res);
+    json_array_append_new(out->result, model_view(res));
     out->n_calls++;
 }
 

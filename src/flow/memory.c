@@ -8,6 +8,7 @@
 
 #include "core/jsonx.h"
 #include "core/xalloc.h"
+#include "flow/pyrepr.h"
 
 void memory_init(struct memory *m)
 {
@@ -34,7 +35,7 @@ void memory_add(struct memory *m, int step, const char *tool, const char *sub_go
     json_array_append_new(m->actions, a);
 }
 
-char *memory_render(const struct memory *m)
+char *memory_render(const struct memory *m, int python)
 {
     if (json_array_size(m->actions) == 0)
         return af_xstrdup("No steps have been taken yet.");
@@ -53,7 +54,8 @@ char *memory_render(const struct memory *m)
         json_object_set(v, "result", json_object_get(a, "result"));
         json_object_set_new(view, key, v);
     }
-    char *s = json_dumps(view, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+    char *s = python ? pyrepr(view)
+                     : json_dumps(view, JSON_INDENT(2) | JSON_PRESERVE_ORDER | AF_JSON_REAL_OUT);
     json_decref(view);
     return s ? s : af_xstrdup("{}");
 }

@@ -19,7 +19,8 @@ void memory_deinit(struct memory *m);
 void memory_add(struct memory *m, int step, const char *tool, const char *sub_goal,
                 const char *command, json_t *result, int failed);
 /* The memory as prompt text: {"Action Step 1": {"tool_name", "sub_goal", "command", "result"}},
- * or a note that no step was taken yet. Malloc'd, owned by the caller. */
-char *memory_render(const struct memory *m);
+ * as indented JSON, or as a Python dict literal when `python` is set (pyrepr.h); or a note that
+ * no step was taken yet. Malloc'd, owned by the caller. */
+char *memory_render(const struct memory *m, int python);
 
 #endif

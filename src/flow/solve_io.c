@@ -120,15 +120,29 @@ int solve_chat(struct solve_ctx *c, enum af_slot slot, const char *module, const
                              {"user", prompt ? prompt : ""},
                              {"assistant", prev},
                              {"user", retry}};
-    struct af_llm_request req = {
-        .msgs = msgs,
-        .n_msgs = prev && retry ? 4 : 2,
-        .sampling = s->sampling,
-        .model = s->model,
-        .module = module};
+    struct af_llm_request req = {.msgs = msgs,
+                                 .n_msgs = prev && retry ? 4 : 2,
+                                 .sampling = s->sampling,
+                                 .model = s->model,
+                                 .module = module};
     struct af_llm_reply rep;
     af_llm_reply_init(&rep);
+    struct af_flow_call_info ci = {.query_id = c->qid ? c->qid : "",
+                                   .module = module,
+                                   .step = c->step,
+                                   .max_tokens = s->sampling.max_tokens,
+                                   .completion_tokens = -1};
+    const double t0 = af_clock_ms();
+    if (c->p->on_call)
+        c->p->on_call(c->p->user, &ci);
     int rc = af_llm_chat(s->llm, &req, &rep);
+    if (c->p->on_call) {
+        ci.done = 1;
+        ci.completion_tokens = rep.completion_tokens;
+        ci.call_ms = af_clock_ms() - t0;
+        ci.err = rc;
+        c->p->on_call(c->p->user, &ci);
+    }
     record_llm(c, module, af_slot_name(slot), &req, &rep);
     if (rc == AF_OK) {
         *text = rep.text ? rep.text : af_xstrdup("");

@@ -17,12 +17,14 @@
 #include "core/buf.h"
 #include "core/clock.h"
 #include "core/jsonx.h"
+#include "core/utf8.h"
 #include "core/xalloc.h"
+#include "flow/brief.h"
 #include "flow/executor.h"
 #include "flow/memory.h"
 #include "flow/parse.h"
 #include "flow/pycall.h"
-#include "flow/brief.h"
+#include "flow/pyrepr.h"
 #include "flow/prompts.h"
 #include "flow/solve_int.h"
 
@@ -84,8 +86,13 @@ static void init_ctx(struct solve_ctx *c, const struct af_flow_params *p, const 
         json_array_append_new(names, json_string(card->name));
         json_object_set_new(cards, card->name, af_tool_card_json(card));
     }
-    c->available_tools = json_dumps(names, JSON_COMPACT);
-    c->toolbox_metadata = json_dumps(cards, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+    if (p->render_python) { /* the released AgentFlow's str() of a list and a dict */
+        c->available_tools = pyrepr(names);
+        c->toolbox_metadata = pyrepr(cards);
+    } else {
+        c->available_tools = json_dumps(names, JSON_COMPACT);
+        c->toolbox_metadata = json_dumps(cards, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+    }
     c->tools_brief = brief_tools(p->tools);
     json_decref(names);
     json_decref(cards);
@@ -141,10 +148,39 @@ static int analyze_query(struct solve_ctx *c)
     return AF_OK;
 }
 
+/* Appends `; LABEL: "TEXT"` to why, with TEXT's first 120 bytes on one line, control bytes as
+ * spaces and invalid UTF-8 as '?': the reply that could not be used, for the step's reason. */
+static void append_excerpt(char *why, size_t whylen, const char *label, const char *text)
+{
+    char ex[128];
+    size_t n = 0, i = 0, len = strlen(text);
+    while (i < len && n < 120) {
+        const unsigned char *u = (const unsigned char *)text + i;
+        size_t k = *u < 0x80 ? 1 : af_utf8_seq(u, len - i);
+        if (k == 0) {
+            ex[n++] = '?';
+            i++;
+        } else if (k == 1) {
+            ex[n++] = *u < 0x20 || *u == 0x7f ? ' ' : (char)*u;
+            i++;
+        } else if (n + k <= 120) {
+            memcpy(ex + n, u, k);
+            n += k;
+            i += k;
+        } else {
+            break;
+        }
+    }
+    ex[n] = '\0';
+    size_t used = strlen(why);
+    if (used + 1 < whylen)
+        snprintf(why + used, whylen - used, "; %s: \"%s%s\"", label, ex, i < len ? "..." : "");
+}
+
 /* Planner call with one correction round per allowed retry. */
 static int plan_step(struct solve_ctx *c, struct next_step *ns, char *why, size_t whylen)
 {
-    char *mem = memory_render(&c->mem), *memb = brief_memory(c->mem.actions);
+    char *mem = memory_render(&c->mem, c->p->render_python), *memb = brief_memory(c->mem.actions);
     char step[16], maxs[16], left[16];
     snprintf(step, sizeof step, "%d", c->step);
     snprintf(maxs, sizeof maxs, "%d", c->p->max_steps);
@@ -173,6 +209,8 @@ static int plan_step(struct solve_ctx *c, struct next_step *ns, char *why, size_
         struct prompt_var rv[] = {{"error", why}, {"available_tools", c->available_tools}};
         retry = prompt_render(c->p->prompts, "retry_planner", rv, 2);
     }
+    if (rc == AF_EPARSE && prev)
+        append_excerpt(why, whylen, "reply", prev);
     free(prompt);
     free(prev);
     free(retry);
@@ -186,9 +224,10 @@ static int write_command(struct solve_ctx *c, const struct next_step *ns, struct
 {
     const struct af_tool_card *card = af_tool_card(tool);
     json_t *cj = af_tool_card_json(card);
-    char *card_text = json_dumps(cj, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+    char *card_text =
+        c->p->render_python ? pyrepr(cj) : json_dumps(cj, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
     json_decref(cj);
-    char *mem = memory_render(&c->mem), *memb = brief_memory(c->mem.actions);
+    char *mem = memory_render(&c->mem, c->p->render_python), *memb = brief_memory(c->mem.actions);
     char *card_brief = brief_card(card);
     struct prompt_var v[SHARED_VARS + 5];
     size_t n = shared_vars(c, mem, memb, v);
@@ -230,7 +269,7 @@ static int write_command(struct solve_ctx *c, const struct next_step *ns, struct
 
 static int verify(struct solve_ctx *c, int *stop)
 {
-    char *mem = memory_render(&c->mem), *memb = brief_memory(c->mem.actions);
+    char *mem = memory_render(&c->mem, c->p->render_python), *memb = brief_memory(c->mem.actions);
     struct prompt_var v[SHARED_VARS];
     const size_t n = shared_vars(c, mem, memb, v);
     char *prompt = prompt_render(c->p->prompts, "verifier", v, n);
@@ -250,7 +289,7 @@ static int verify(struct solve_ctx *c, int *stop)
 static int generate(struct solve_ctx *c)
 {
     double t0 = af_clock_ms();
-    char *mem = memory_render(&c->mem), *memb = brief_memory(c->mem.actions);
+    char *mem = memory_render(&c->mem, c->p->render_python), *memb = brief_memory(c->mem.actions);
     struct prompt_var v[SHARED_VARS];
     const size_t nv = shared_vars(c, mem, memb, v);
     int rc = AF_OK;
@@ -285,9 +324,32 @@ static json_t *text_result(const char *fmt, ...)
     return af_json_text(buf);
 }
 
-/* Executor and tool for a parsed plan. Sets *command (owned) and returns the memory result. */
+/* The first error among a step's tool calls ({args, result, error, ...} records), into
+ * reason; the result's own "error" text when it has one (a tool's message). */
+static void calls_reason(const json_t *calls, char *reason, size_t len)
+{
+    size_t i;
+    const json_t *call;
+    json_array_foreach(calls, i, call)
+    {
+        const json_t *e = json_object_get(call, "error");
+        if (!json_is_string(e))
+            continue;
+        const char *detail =
+            json_string_value(json_object_get(json_object_get(call, "result"), "error"));
+        const char *res = json_string_value(json_object_get(call, "result"));
+        snprintf(reason, len, "call %zu: %s", i + 1,
+                 detail ? detail
+                 : res  ? res
+                        : json_string_value(e));
+        return;
+    }
+}
+
+/* Executor and tool for a parsed plan. Sets *command (owned) and returns the memory result;
+ * when the step fails, says why in reason. */
 static json_t *act(struct solve_ctx *c, const struct next_step *ns, char **command, int *failed,
-                   int *rc, double *tool_ms)
+                   int *rc, double *tool_ms, char *reason, size_t reasonlen)
 {
     struct af_tool *tool = c->p->tools ? af_tool_registry_find(c->p->tools, ns->tool_name) : NULL;
     char why[1024];
@@ -295,6 +357,8 @@ static json_t *act(struct solve_ctx *c, const struct next_step *ns, char **comma
     if (!tool) {
         *failed = 1;
         *command = af_xstrdup("No command was generated: the tool is not available.");
+        snprintf(reason, reasonlen, "the planner chose tool '%s', which is not available",
+                 ns->tool_name);
         return text_result("Tool '%s' was not found. Available tools: %s", ns->tool_name,
                            c->available_tools);
     }
@@ -303,6 +367,7 @@ static json_t *act(struct solve_ctx *c, const struct next_step *ns, char **comma
         *rc = AF_OK;
         *failed = 1;
         *command = af_xstrdup("");
+        snprintf(reason, reasonlen, "the executor wrote no usable command: %s", why);
         return text_result("Error: the executor wrote no usable command for %s: %s",
                            af_tool_card(tool)->name, why);
     }
@@ -317,6 +382,10 @@ static json_t *act(struct solve_ctx *c, const struct next_step *ns, char **comma
     *tool_ms = af_clock_ms() - t0;
     solve_trace_tool(c, af_tool_card(tool)->name, *command, o.calls);
     *failed = o.n_failed > 0 || o.parse_failed;
+    if (o.parse_failed)
+        snprintf(reason, reasonlen, "%s", json_string_value(o.result));
+    else if (o.n_failed > 0)
+        calls_reason(o.calls, reason, reasonlen);
     json_t *res = o.result;
     o.result = NULL;
     exec_outcome_deinit(&o);
@@ -324,7 +393,7 @@ static json_t *act(struct solve_ctx *c, const struct next_step *ns, char **comma
 }
 
 static void report_step(struct solve_ctx *c, const char *tool, const char *sub_goal, int stop,
-                        int failed, double t0, double tool_ms)
+                        int failed, const char *reason, double t0, double tool_ms)
 {
     double now = af_clock_ms();
     json_array_append_new(c->step_timings, json_pack("{s:i,s:f,s:f}", "step", c->step, "step_ms",
@@ -338,7 +407,8 @@ static void report_step(struct solve_ctx *c, const char *tool, const char *sub_g
                                      .verdict = stop ? "STOP" : "CONTINUE",
                                      .elapsed_ms = now - c->t0,
                                      .step_ms = now - t0,
-                                     .failed = failed};
+                                     .failed = failed,
+                                     .reason = failed ? reason : NULL};
     c->p->on_step(c->p->user, &info);
 }
 
@@ -347,7 +417,7 @@ static int run_step(struct solve_ctx *c, int *stop)
 {
     double t0 = af_clock_ms(), tool_ms = 0;
     struct next_step ns;
-    char why[512];
+    char why[512], reason[1280] = "";
     char *command = NULL;
     json_t *result = NULL;
     int failed = 0;
@@ -360,16 +430,17 @@ static int run_step(struct solve_ctx *c, int *stop)
         ns.tool_name = af_xstrdup("");
         ns.sub_goal = af_xstrdup("");
         command = af_xstrdup("");
-        result = text_result("Error: the planner's reply could not be parsed: %s", why);
+        snprintf(reason, sizeof reason, "the planner's reply could not be parsed: %s", why);
+        result = text_result("Error: %s", reason);
     } else if (rc == AF_OK) {
-        result = act(c, &ns, &command, &failed, &rc, &tool_ms);
+        result = act(c, &ns, &command, &failed, &rc, &tool_ms, reason, sizeof reason);
     }
     if (rc == AF_OK) {
         memory_add(&c->mem, c->step, ns.tool_name, ns.sub_goal, command, result, failed);
         result = NULL;
         rc = verify(c, stop);
         if (rc == AF_OK)
-            report_step(c, ns.tool_name, ns.sub_goal, *stop, failed, t0, tool_ms);
+            report_step(c, ns.tool_name, ns.sub_goal, *stop, failed, reason, t0, tool_ms);
     }
     json_decref(result);
     free(command);

@@ -4,6 +4,8 @@
  *   - a gold containing ',' or ';': split both on [,;], same length, compare elementwise
  *     (numbers as above, strings without whitespace, lowercased, punctuation kept);
  *   - otherwise: compare without whitespace and ASCII punctuation, lowercased.
+ * Beyond the published scorer, as a judge would: a number with a unit, an `x =` or LaTeX
+ * around it matches a numeric gold, and a date in another form a date (norm.c).
  * No state; safe from any thread.
  */
 #include <ctype.h>
@@ -82,6 +84,16 @@ static size_t count_elems(const char *s)
     return n;
 }
 
+/* score_same_quantity on two spans. */
+static int same_quantity(const char *p, size_t np, const char *g, size_t ng)
+{
+    char *x = af_xstrndup(p, np), *y = af_xstrndup(g, ng);
+    int same = score_same_quantity(x, y);
+    free(x);
+    free(y);
+    return same;
+}
+
 /* Compares the two lists element by element; sets *reason on a mismatch. */
 static int list_eq(const char *pred, const char *gold, const char **reason)
 {
@@ -93,7 +105,8 @@ static int list_eq(const char *pred, const char *gold, const char **reason)
     for (;;) {
         size_t np = strcspn(p, ",;"), ng = strcspn(g, ",;");
         double gv;
-        int ok = py_float(g, ng, &gv) == 0 ? gaia_number(p, np) == gv : str_eq(p, np, g, ng, 0);
+        int ok = py_float(g, ng, &gv) == 0 ? gaia_number(p, np) == gv || same_quantity(p, np, g, ng)
+                                           : str_eq(p, np, g, ng, 0);
         if (!ok) {
             *reason = "list element differs";
             return 0;
@@ -114,9 +127,14 @@ int score_gaia(const json_t *item, const char *pred, struct af_score *out, char 
     }
     const char *reason = NULL, *kind;
     double gv;
+    int y, m, d;
     if (py_float(gold, strlen(gold), &gv) == 0) {
         kind = "number";
-        out->correct = gaia_number(pred, strlen(pred)) == gv;
+        out->correct = gaia_number(pred, strlen(pred)) == gv || score_same_quantity(pred, gold);
+    } else if (score_parse_date(gold, &y, &m, &d) == 0) { /* before lists: "May 1, 2020" */
+        kind = "date";
+        out->correct =
+            str_eq(pred, strlen(pred), gold, strlen(gold), 1) || score_same_date(pred, gold);
     } else if (strpbrk(gold, ",;")) {
         kind = "list";
         out->correct = list_eq(pred, gold, &reason);

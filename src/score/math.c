@@ -1,6 +1,7 @@
 /*
  * math.c - number parsing shared by the scorers, and the integer-answer scorer for AIME24
- * and AMC23: the prediction must parse as one number that is integral and equal to a gold
+ * and AMC23: the prediction must read as one number (score_parse_quantity: `x = 33`,
+ * `\boxed{45^\circ}` and `12 cm` count) that is integral and equal to a gold
  * (an int, an integral real such as 27.0, or a numeric string; a list means any of them).
  *
  * No state; safe from any thread.
@@ -82,7 +83,7 @@ int score_math(const json_t *item, const char *pred, struct af_score *out, char 
     const json_t *ans = json_object_get(item, "answer");
     size_t n = json_is_array(ans) ? json_array_size(ans) : 1, n_gold = 0;
     double p = 0.0;
-    int have_pred = score_parse_number(pred, &p) == 0;
+    int have_pred = score_parse_number(pred, &p) == 0 || score_parse_quantity(pred, &p) == 0;
     if (!have_pred)
         json_object_set_new(out->details, "reason", json_string("not a number"));
     else if (!is_integral(p))

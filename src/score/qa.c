@@ -1,6 +1,7 @@
 /*
  * qa.c - the open-domain QA scorer (bamboogle, 2wiki, hotpotqa, musique): SQuAD-style
- * normalisation, exact match and token F1, the maximum over a string or list of golds.
+ * normalisation, exact match and token F1, the maximum over a string or list of golds. A
+ * date or a number written another way (norm.c) is an exact match.
  *
  * correct is the exact match; f1 is the best token F1. No state; safe from any thread.
  */
@@ -99,12 +100,18 @@ static double token_f1(const char *pred, const char *gold)
     return f1;
 }
 
-/* Scores pred against one gold, keeping the best EM, then F1, in *out. */
-static void score_one(const char *npred, const char *gold, struct af_score *out, json_t **best)
+/* Scores pred (raw, and normalised as npred) against one gold, keeping the best EM, then F1,
+ * in *out. The same date or number in another form counts as an exact match. */
+static void score_one(const char *pred, const char *npred, const char *gold, struct af_score *out,
+                      json_t **best)
 {
     char *ngold = score_norm_squad(gold);
     int em = strcmp(npred, ngold) == 0;
     double f1 = token_f1(npred, ngold);
+    if (!em && (score_same_date(pred, gold) || score_same_quantity(pred, gold))) {
+        em = 1;
+        f1 = 1.0;
+    }
     if (!*best || em > out->correct || (em == out->correct && f1 > out->f1)) {
         json_decref(*best);
         *best = json_string(gold);
@@ -125,7 +132,7 @@ int score_qa(const json_t *item, const char *pred, struct af_score *out, char *e
         char *g = score_gold_text(json_is_array(ans) ? json_array_get(ans, i) : ans);
         if (!g)
             continue;
-        score_one(npred, g, out, &best);
+        score_one(pred, npred, g, out, &best);
         n_gold++;
         free(g);
     }

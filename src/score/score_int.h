@@ -35,6 +35,18 @@ char *score_norm_squad(const char *s);
  * \text{...} wrapper and one trailing '.'. Returns 0 and sets *out, or -1 when s is not
  * exactly one finite decimal number. */
 int score_parse_number(const char *s, double *out);
+/* The lenient number reading of norm.c: score_parse_number's input plus a leading `x =`,
+ * LaTeX spacing and wrappers, degree marks, thousands separators and a trailing unit.
+ * Returns 0 and sets *out, or -1. */
+int score_parse_quantity(const char *s, double *out);
+/* Reads s as a whole calendar date (day-month-year, month-day-year or ISO). Returns 0 and
+ * sets the three fields, or -1. */
+int score_parse_date(const char *s, int *year, int *month, int *day);
+/* 1 when both read as the same date (score_parse_date), else 0. */
+int score_same_date(const char *a, const char *b);
+/* 1 when gold is a plain number (score_parse_number) and pred a quantity
+ * (score_parse_quantity) of the same value, else 0. */
+int score_same_quantity(const char *pred, const char *gold);
 /* A malloc'd rendering of a gold value: strings as they are, integers in decimal, reals
  * with %.17g; NULL for anything else. */
 char *score_gold_text(const json_t *v);

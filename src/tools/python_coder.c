@@ -38,8 +38,8 @@ static const struct af_tool_card card = {
                 .required = 0,
                 .default_json = "null",
                 .description = "Python code to run as is, instead of generating it."}},
-    .output_type = "dict - printed_output, error, exit_status, timed_out, duration_ms, code, "
-                   "sandbox",
+    .output_type = "dict - printed_output, error, exit_status, timed_out, code, sandbox "
+                   "(duration_ms too, in the trace only)",
     .limitations = "No network, no files outside a private scratch folder, 10 seconds and "
                    "limited memory per run. Only the standard library, numpy and sympy.",
     .best_practices = "Ask for one well-defined computation and have the program print the "

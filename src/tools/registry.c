@@ -1,6 +1,7 @@
 /*
  * registry.c - the set of tools a flow may use, kept sorted by name (the prompts list them in
- * that order, as the reference does), with lookup by canonical name.
+ * that order, as the reference does), with lookup by canonical name and by the released
+ * AgentFlow's names for our tools.
  */
 #include "agentflow/tools.h"
 
@@ -61,7 +62,28 @@ struct af_tool *af_tool_registry_at(const struct af_tool_registry *r, size_t i)
     return i < r->n ? r->tools[i] : NULL;
 }
 
-struct af_tool *af_tool_registry_find(const struct af_tool_registry *r, const char *name)
+/* The released AgentFlow's long tool names that differ from ours, so that the released
+ * planner's choices resolve (docs/CONFIG.md). Its Web_RAG_Search_Tool, Wikipedia_RAG_Search_Tool,
+ * Python_Code_Generator_Tool and Generalist_Solution_Generator_Tool are our names already. */
+static const struct {
+    const char *alias, *name;
+} aliases[] = {
+    {"Ground_Google_Search_Tool", "Web_Search_Tool"}, /* Gemini grounding there, SearXNG here */
+};
+
+const char *af_tool_alias_target(const char *name)
+{
+    char want[NAME_MAX_LEN], have[NAME_MAX_LEN];
+    af_tool_canonical_name(name, want, sizeof want);
+    for (size_t i = 0; i < sizeof aliases / sizeof aliases[0]; i++) {
+        af_tool_canonical_name(aliases[i].alias, have, sizeof have);
+        if (strcmp(want, have) == 0)
+            return aliases[i].name;
+    }
+    return NULL;
+}
+
+static struct af_tool *find_exact(const struct af_tool_registry *r, const char *name)
 {
     char want[NAME_MAX_LEN], have[NAME_MAX_LEN];
     af_tool_canonical_name(name, want, sizeof want);
@@ -71,6 +93,13 @@ struct af_tool *af_tool_registry_find(const struct af_tool_registry *r, const ch
             return r->tools[i];
     }
     return NULL;
+}
+
+struct af_tool *af_tool_registry_find(const struct af_tool_registry *r, const char *name)
+{
+    struct af_tool *t = find_exact(r, name);
+    const char *target = t ? NULL : af_tool_alias_target(name);
+    return target ? find_exact(r, target) : t;
 }
 
 typedef struct af_tool *(*tool_ctor)(const json_t *opts);
@@ -99,7 +128,8 @@ static int add_builtin(struct af_tool_registry *r, const char *name, const json_
                        size_t errlen)
 {
     char want[NAME_MAX_LEN], have[NAME_MAX_LEN];
-    af_tool_canonical_name(name, want, sizeof want);
+    const char *target = af_tool_alias_target(name);
+    af_tool_canonical_name(target ? target : name, want, sizeof want);
     if (!want[0])
         return AF_OK;
     for (size_t i = 0; i < sizeof builtins / sizeof builtins[0]; i++) {

@@ -21,6 +21,10 @@
 #include "tools/wiki_int.h"
 
 #define QUERY_MAX_TERMS 64
+/* BM25 gives a word found in half the passages or more an idf of 1e-6, and one phrase adds at
+ * most idf * (k1 + 1) = 2.2e-6, so a passage matched only by such words scores at most
+ * QUERY_MAX_TERMS * 2.2e-6. Those passages are padding beside ones that match a rarer word. */
+#define SCORE_FLOOR_MAX (QUERY_MAX_TERMS * 2.2e-6)
 
 /* Doc-length cache: DL_MAX_ROWS caps it (2 bytes a row); DL_UNKNOWN marks a row whose length
  * is not cached (over 65534 tokens, or absent), read through xColumnSize instead. */
@@ -695,8 +699,11 @@ int wiki_index_query(struct wiki_index *ix, const char *text, int k, json_t **hi
     if (n > 1)
         qsort(all, n, sizeof *all, hit_cmp);
     json_t *arr = rc ? NULL : json_array();
+    /* Only passages that match a word that carries weight, unless none does (a query of
+     * common words only still finds its passages). */
+    const int drop_floor = n > 0 && all[0].score > SCORE_FLOOR_MAX;
     for (size_t i = 0; i < n; i++) {
-        if (arr && i < (size_t)k)
+        if (arr && i < (size_t)k && !(drop_floor && all[i].score <= SCORE_FLOOR_MAX))
             json_array_append_new(arr, all[i].obj);
         else
             json_decref(all[i].obj);

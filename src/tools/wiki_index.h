@@ -88,7 +88,9 @@ long long wiki_index_count(struct wiki_index *ix);
 
 /* Finds the k best passages for free text `text`. On success *hits is a new JSON array
  * (owned by the caller, json_decref) of {id, title, text, score}, best first; score is
- * -bm25 (higher is better). Text with no words gives an empty array. k must be >= 1.
+ * -bm25 (higher is better). Only passages that match a word found in under half of them are
+ * returned, up to k (no padding with near-zero scores), unless no passage matches such a word;
+ * then every match counts. Text with no words gives an empty array. k must be >= 1.
  * Returns 0, AF_EINVAL (bad k) or AF_EIO (SQLite error, message naming the file). */
 AF_NODISCARD int wiki_index_query(struct wiki_index *ix, const char *text, int k, json_t **hits,
                                   char *err, size_t errlen);

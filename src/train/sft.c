@@ -60,7 +60,24 @@ struct run {
     int64_t *perm;
     float lr_base, alpha;
     struct af_linelog *metrics;
+    struct sft_data *val;       /* held-out conversations, or NULL */
+    struct train_early_stop es; /* the lowest val_loss so far */
 };
+
+int train_early_stop_update(struct train_early_stop *e, int64_t step, double loss, int patience,
+                            int *stop)
+{
+    *stop = 0;
+    if (isfinite(loss) && loss < e->best) {
+        e->best = loss;
+        e->best_step = step;
+        e->n_worse = 0;
+        return 1;
+    }
+    e->n_worse++;
+    *stop = patience > 0 && e->n_worse >= patience;
+    return 0;
+}
 
 static void note(const struct run *r, const char *fmt, ...) AF_PRINTF(2, 3);
 static void note(const struct run *r, const char *fmt, ...)
@@ -212,6 +229,10 @@ static int check_opts(const struct train_sft_opts *o, char *err, size_t errlen)
         {o->batch < 1 || o->accum < 1, "--batch and --accum must be at least 1"},
         {o->max_seq < 2, "--max-seq must be at least 2"},
         {o->save_every < 1, "--save-every must be at least 1"},
+        {o->eval_every < 0 || o->early_stop < 0, "--eval-every and --early-stop must not be "
+                                                 "negative"},
+        {!o->val_path && (o->eval_every > 0 || o->early_stop > 0),
+         "--eval-every and --early-stop need --val FILE"},
         {!(o->lr >= 0) || !isfinite(o->lr), "--lr must be a non-negative number"},
         {o->warmup < 0, "--warmup must not be negative"},
         {!o->full && o->lora_rank < 1, "--lora-rank must be at least 1"},
@@ -223,6 +244,88 @@ static int check_opts(const struct train_sft_opts *o, char *err, size_t errlen)
             af_errf(err, errlen, "%s", checks[i].msg);
             return AF_EINVAL;
         }
+    return AF_OK;
+}
+
+/* The mean loss over every assistant token of the validation set, with the weights as they
+ * are (no dropout: log-probs as at inference). Sets *n_tokens to the tokens averaged over. */
+static int val_loss(struct run *r, double *loss, int64_t *n_tokens, char *err, size_t errlen)
+{
+    double sum = 0;
+    int64_t n = 0;
+    for (size_t i = 0; i < r->val->n; i++) {
+        const struct sft_example *ex = &r->val->ex[i];
+        if (ex->n < 2)
+            continue;
+        float *logp = af_xmalloc((size_t)(ex->n - 1) * sizeof *logp);
+        int rc = train_net_logprobs(r->net, ex->tokens, ex->n, 1, logp, err, errlen);
+        for (int64_t t = 0; !rc && t + 1 < ex->n; t++)
+            if (ex->target[t + 1]) {
+                sum -= (double)logp[t];
+                n++;
+            }
+        free(logp);
+        if (rc)
+            return rc;
+    }
+    *loss = n ? sum / (double)n : (double)NAN;
+    *n_tokens = n;
+    return AF_OK;
+}
+
+/* Writes the current weights into out_dir/best/ with best.json {step, val_loss}. */
+static int save_best(struct run *r, double loss, char *err, size_t errlen)
+{
+    const struct train_sft_opts *o = r->o;
+    char dir[4096], path[4200];
+    snprintf(dir, sizeof dir, "%s/best", o->out_dir);
+    if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
+        af_errf(err, errlen, "%s: cannot create the folder: %s", dir, strerror(errno));
+        return AF_EIO;
+    }
+    int rc;
+    if (r->lora) {
+        rc = lora_save_peft(r->lora, r->m, dir, o->model_path, err, errlen);
+    } else {
+        snprintf(path, sizeof path, "%s/model.gguf", dir);
+        rc = ckpt_write_gguf(r->m, o->model_path, r->params, r->np, path, err, errlen);
+    }
+    if (rc)
+        return rc;
+    char text[128];
+    int len = snprintf(text, sizeof text, "{\"step\": %lld, \"val_loss\": %.9g}\n",
+                       (long long)r->st.step, loss);
+    snprintf(path, sizeof path, "%s/best.json", dir);
+    return af_file_write_atomic(path, text, (size_t)len, err, errlen);
+}
+
+/* Validation after a step: a metrics line, best/ when the loss is the lowest so far. Sets
+ * *stop when early stopping says so. */
+static int validate(struct run *r, int *stop, char *err, size_t errlen)
+{
+    double loss = (double)NAN;
+    int64_t n = 0;
+    int rc = val_loss(r, &loss, &n, err, errlen);
+    if (rc)
+        return rc;
+    json_t *o = json_pack("{s:I,s:f,s:I}", "step", (json_int_t)r->st.step, "val_loss",
+                          isfinite(loss) ? loss : 0.0, "val_tokens", (json_int_t)n);
+    char *line = json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(9));
+    json_decref(o);
+    rc = af_linelog_append(r->metrics, line, strlen(line));
+    free(line);
+    if (rc) {
+        af_errf(err, errlen, "%s/metrics.jsonl: cannot append", r->o->out_dir);
+        return rc;
+    }
+    if (train_early_stop_update(&r->es, r->st.step, loss, r->o->early_stop, stop))
+        return save_best(r, loss, err, errlen);
+    if (*stop)
+        note(r,
+             "early stop after step %lld: %d evaluations without a lower val_loss; the best, "
+             "step %lld (val_loss %.4f), is in %s/best",
+             (long long)r->st.step, r->es.n_worse, (long long)r->es.best_step, r->es.best,
+             r->o->out_dir);
     return AF_OK;
 }
 
@@ -238,13 +341,24 @@ static int setup(struct run *r, char *err, size_t errlen)
     if (r->data->n == 0) {
         af_errf(err, errlen, "%s: no conversation with an assistant reply to train on",
                 o->data_path);
-        return AF_EINVAL;
+        return AF_EPARSE;
     }
     note(r,
          "data: %zu conversations, %lld tokens, %lld assistant tokens (%zu cut to --max-seq "
          "%lld, %zu skipped)",
          r->data->n, (long long)r->data->n_tokens, (long long)r->data->n_target,
          r->data->n_truncated, (long long)o->max_seq, r->data->n_skipped);
+    if (o->val_path) {
+        if ((rc = sft_data_load(o->val_path, r->m, o->chat_template, o->max_seq, &r->val, err,
+                                errlen)))
+            return rc;
+        if (r->val->n_target == 0) {
+            af_errf(err, errlen, "%s: no assistant reply to validate on", o->val_path);
+            return AF_EPARSE;
+        }
+        note(r, "validation: %zu conversations, %lld assistant tokens", r->val->n,
+             (long long)r->val->n_target);
+    }
     struct train_net_params np = train_net_default_params();
     np.full = o->full;
     np.checkpoint = o->recompute;
@@ -318,6 +432,7 @@ int train_sft_run(const struct train_sft_opts *o, char *err, size_t errlen)
         return rc;
     struct run r = {0};
     r.o = o;
+    r.es.best = (double)INFINITY;
     r.lr_base = o->lr > 0 ? o->lr : (o->full ? 1e-5f : 1e-4f);
     r.alpha = o->lora_alpha > 0 ? o->lora_alpha : 2.0f * (float)o->lora_rank;
     if (!(rc = setup(&r, err, errlen)) && !(rc = start_or_resume(&r, err, errlen))) {
@@ -338,7 +453,12 @@ int train_sft_run(const struct train_sft_opts *o, char *err, size_t errlen)
                 break;
             if ((rc = log_step(&r, &s, err, errlen)))
                 break;
-            const int stop = o->stop_after > 0 && r.st.step >= o->stop_after;
+            int early = 0;
+            const int64_t every = o->eval_every > 0 ? o->eval_every : o->save_every;
+            if (r.val && (r.st.step % every == 0 || r.st.step == o->steps) &&
+                (rc = validate(&r, &early, err, errlen)))
+                break;
+            const int stop = (o->stop_after > 0 && r.st.step >= o->stop_after) || early;
             if (r.st.step % o->save_every == 0 || r.st.step == o->steps || stop) {
                 if ((rc = save(&r, err, errlen)))
                     break;
@@ -347,8 +467,9 @@ int train_sft_run(const struct train_sft_opts *o, char *err, size_t errlen)
             if (o->on_step)
                 o->on_step(o->user, &s);
             if (stop) {
-                note(&r, "stopped after step %lld as asked; continue with --resume",
-                     (long long)r.st.step);
+                if (!early)
+                    note(&r, "stopped after step %lld as asked; continue with --resume",
+                         (long long)r.st.step);
                 break;
             }
         }
@@ -360,6 +481,7 @@ int train_sft_run(const struct train_sft_opts *o, char *err, size_t errlen)
     train_net_free(r.net);
     lora_free(r.lora);
     sft_data_free(r.data);
+    sft_data_free(r.val);
     model_free(r.m);
     return rc;
 }

@@ -12,6 +12,11 @@
  * Output folder: metrics.jsonl (one line per step: step, loss, lr, grad_norm, tokens,
  * tokens_per_s; appended and fsync'd), checkpoint-STEP/ (ckpt.h), and the latest weights at the
  * top level: adapter_model.safetensors + adapter_config.json (LoRA) or model.gguf (full).
+ * With a validation file, every eval_every steps a line {step, val_loss, val_tokens} (the mean
+ * loss over the held-out assistant tokens, no dropout, no update) and the weights of the lowest
+ * val_loss so far in best/ (same files as the top level, plus best.json {step, val_loss}).
+ * With early_stop K the run ends after K evaluations in a row without a lower val_loss. The
+ * best-so-far is not kept across --resume: a resumed run starts its comparison afresh.
  */
 #ifndef AF_TRAIN_SFT_H
 #define AF_TRAIN_SFT_H
@@ -57,11 +62,27 @@ struct train_sft_opts {
     int resume;               /* continue from the newest checkpoint in out_dir */
     int64_t stop_after;       /* > 0: save and stop after this step (the schedule still spans
                                  `steps`); continue with resume */
+    const char *val_path;     /* chat JSONL held out for validation; NULL = none */
+    int64_t eval_every;       /* validation loss every N steps (and at the last); 0 = save_every */
+    int early_stop;           /* > 0: stop after this many evaluations without a lower val_loss */
     train_sft_step_fn on_step;
     void *user;
     void (*on_message)(void *user, const char *msg); /* notes (data counts, resume) */
 };
 struct train_sft_opts train_sft_default_opts(void);
+
+/* Early stopping on validation loss: best is the lowest loss seen (start at INFINITY), n_worse
+ * the evaluations in a row since. */
+struct train_early_stop {
+    double best;
+    int64_t best_step;
+    int n_worse;
+};
+/* Records the loss of the evaluation after `step`. Returns 1 when it is a new best (strictly
+ * lower; a non-finite loss never is), else 0; sets *stop when patience > 0 evaluations in a row
+ * have not been a new best. */
+int train_early_stop_update(struct train_early_stop *e, int64_t step, double loss, int patience,
+                            int *stop);
 
 /* Runs (or resumes) a fine-tuning run. Errors name the file, line or setting at fault: bad
  * data, a model that does not load, an out_dir that already holds a run (without --resume),

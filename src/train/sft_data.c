@@ -122,21 +122,21 @@ static int is_blank(const char *s, size_t n)
 static int parse_msg(struct loader *ld, int64_t line_no, size_t i, json_t *jm, struct chat_msg *m)
 {
     if (!json_is_object(jm))
-        return line_err(ld, line_no, AF_EINVAL, "messages[%zu]: not an object", i);
+        return line_err(ld, line_no, AF_EPARSE, "messages[%zu]: not an object", i);
     json_t *role = json_object_get(jm, "role");
     if (!role)
-        return line_err(ld, line_no, AF_EINVAL, "messages[%zu].role: missing", i);
+        return line_err(ld, line_no, AF_EPARSE, "messages[%zu].role: missing", i);
     if (!json_is_string(role))
-        return line_err(ld, line_no, AF_EINVAL, "messages[%zu].role: not a string", i);
+        return line_err(ld, line_no, AF_EPARSE, "messages[%zu].role: not a string", i);
     const char *r = json_string_value(role);
     if (strcmp(r, "system") && strcmp(r, "user") && strcmp(r, "assistant"))
-        return line_err(ld, line_no, AF_EINVAL,
+        return line_err(ld, line_no, AF_EPARSE,
                         "messages[%zu].role: unknown role '%.64s' (system, user, assistant)", i, r);
     json_t *content = json_object_get(jm, "content");
     if (!content)
-        return line_err(ld, line_no, AF_EINVAL, "messages[%zu].content: missing", i);
+        return line_err(ld, line_no, AF_EPARSE, "messages[%zu].content: missing", i);
     if (!json_is_string(content))
-        return line_err(ld, line_no, AF_EINVAL, "messages[%zu].content: not a string", i);
+        return line_err(ld, line_no, AF_EPARSE, "messages[%zu].content: not a string", i);
     m->role = r;
     m->content = json_string_value(content);
     return AF_OK;
@@ -152,17 +152,17 @@ static int parse_line(struct loader *ld, int64_t line_no, const char *s, size_t 
     json_error_t je;
     json_t *j = json_loadb(s, len, 0, &je);
     if (!j)
-        return line_err(ld, line_no, AF_EINVAL, "invalid JSON at column %d: %s", je.column,
+        return line_err(ld, line_no, AF_EPARSE, "invalid JSON at column %d: %s", je.column,
                         je.text);
     int rc = AF_OK;
     struct chat_msg *cm = NULL;
     json_t *jmsgs = json_is_object(j) ? json_object_get(j, "messages") : NULL;
     if (!json_is_object(j)) {
-        rc = line_err(ld, line_no, AF_EINVAL, "not a JSON object");
+        rc = line_err(ld, line_no, AF_EPARSE, "not a JSON object");
         goto out;
     }
     if (!json_is_array(jmsgs)) {
-        rc = line_err(ld, line_no, AF_EINVAL, "messages: %s", jmsgs ? "not an array" : "missing");
+        rc = line_err(ld, line_no, AF_EPARSE, "messages: %s", jmsgs ? "not an array" : "missing");
         goto out;
     }
     size_t n = json_array_size(jmsgs);
@@ -173,7 +173,7 @@ static int parse_line(struct loader *ld, int64_t line_no, const char *s, size_t 
         has_assistant |= !rc && !strcmp(cm[i].role, "assistant");
     }
     if (!rc && !has_assistant)
-        rc = line_err(ld, line_no, AF_EINVAL, "no assistant message (nothing to train on)");
+        rc = line_err(ld, line_no, AF_EPARSE, "no assistant message (nothing to train on)");
     if (!rc) {
         *root = j;
         *msgs = cm;

@@ -46,11 +46,11 @@ struct sft_data {
  * (counted in n_skipped, not an error). An empty file gives 0 examples and AF_OK.
  * m is borrowed (only m->tok, m->chat_template and m->path are read).
  * Returns AF_OK with *out owned by the caller (sft_data_free); AF_EINVAL for a missing or
- * unknown template, one whose end-of-turn token the vocabulary lacks, or a malformed line (err
- * names the file, the line and the field, e.g. "f.jsonl: line 7: messages[2].role: unknown role
- * 'bot'"), AF_EIO when the file cannot be read, AF_ETOOBIG for an over-long line, AF_EINTERNAL when
- * the replies cannot be mapped to tokens (a bug). On error *out is NULL. Safe from any thread (m is
- * only read). */
+ * unknown template or one whose end-of-turn token the vocabulary lacks; AF_EPARSE for a
+ * malformed line (err names the file, the line and the field, e.g. "f.jsonl: line 7:
+ * messages[2].role: unknown role 'bot'"), AF_EIO when the file cannot be read, AF_ETOOBIG for an
+ * over-long line, AF_EINTERNAL when the replies cannot be mapped to tokens (a bug). On error *out
+ * is NULL. Safe from any thread (m is only read). */
 AF_NODISCARD int sft_data_load(const char *path, const struct model *m, const char *template_name,
                                int64_t max_seq, struct sft_data **out, char *err, size_t errlen);
 /* Frees d and every example. Accepts NULL. */
