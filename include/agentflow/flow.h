@@ -64,7 +64,9 @@ struct af_flow_step_info {
     const char *verdict; /* "STOP" or "CONTINUE" */
     double elapsed_ms;   /* since the solve began */
     double step_ms;
-    int failed; /* the step recorded an error */
+    int failed;           /* the step recorded an error */
+    const char *command;  /* the executor's command ("" when none was written) */
+    const json_t *result; /* the step's result as kept in memory (JSON), or NULL */
 };
 
 struct af_flow_params {

@@ -17,6 +17,8 @@ int cmd_tool(int argc, char **argv);
 int cmd_eval(int argc, char **argv);
 int cmd_index(int argc, char **argv);
 int cmd_model(int argc, char **argv);
+/* `serve` (cmd_serve.c): the flow behind an OpenAI-compatible HTTP API and a live page. */
+int cmd_serve(int argc, char **argv);
 int cmd_train(int argc, char **argv);
 /* `train grpo` (cmd_grpo.c); argv[0] is "grpo". */
 int cmd_train_grpo(int argc, char **argv);
