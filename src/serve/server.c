@@ -149,6 +149,20 @@ static enum MHD_Result route_models(struct req *rq)
     return serve_reply_json(rq, 200, json_pack("{s:s,s:[o]}", "object", "list", "data", m));
 }
 
+/* The tools a request may name, for the page's options. */
+static enum MHD_Result route_tools(struct req *rq)
+{
+    json_t *data = json_array();
+    const struct af_tool_registry *reg = rq->s->p.flow->tools;
+    size_t n = reg ? af_tool_registry_count(reg) : 0;
+    for (size_t i = 0; i < n; i++) {
+        const struct af_tool_card *card = af_tool_card(af_tool_registry_at(reg, i));
+        json_array_append_new(data, json_pack("{s:o,s:o}", "name", af_json_text(card->name),
+                                              "description", af_json_text(card->description)));
+    }
+    return serve_reply_json(rq, 200, json_pack("{s:s,s:o}", "object", "list", "data", data));
+}
+
 static enum MHD_Result route_metrics(struct req *rq)
 {
     struct af_serve_stats st;
@@ -188,7 +202,7 @@ static const char *route_name(const char *url)
         return "chat";
     if (strncmp(url, "/v1/runs", 8) == 0)
         return "runs";
-    if (strcmp(url, "/v1/models") == 0)
+    if (strcmp(url, "/v1/models") == 0 || strcmp(url, "/v1/tools") == 0)
         return "models";
     if (strcmp(url, "/healthz") == 0)
         return "healthz";
@@ -226,10 +240,13 @@ static enum MHD_Result dispatch(struct req *rq, const char *url, const char *met
         return serve_runs_get(rq, url + 8);
     if (strcmp(url, "/v1/models") == 0 && get)
         return route_models(rq);
+    if (strcmp(url, "/v1/tools") == 0 && get)
+        return route_tools(rq);
     if (strcmp(url, "/metrics") == 0 && get)
         return route_metrics(rq);
     if (strcmp(url, "/v1/chat/completions") == 0 || strcmp(url, "/v1/runs") == 0 ||
-        strcmp(url, "/v1/models") == 0 || strcmp(url, "/metrics") == 0)
+        strcmp(url, "/v1/models") == 0 || strcmp(url, "/v1/tools") == 0 ||
+        strcmp(url, "/metrics") == 0)
         return serve_reply_error(rq, 405, "invalid_request_error", "method_not_allowed",
                                  "%s is not allowed on %s", method, url);
     return serve_reply_error(rq, 404, "invalid_request_error", "not_found", "no route %.200s", url);
