@@ -107,7 +107,8 @@ struct af_serve {
     pthread_mutex_t runs_mu; /* guards the live runs table */
     struct job **live;       /* runs not yet finished (a reference each) */
     size_t n_live, cap_live;
-    atomic_int stopping; /* new requests get 503 */
+    atomic_int stopping;   /* new requests get 503 */
+    atomic_int n_inflight; /* requests begun and not yet completed */
     int shut_down;
     double started_unix;
 };

@@ -17,9 +17,13 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/clock.h"
 #include "core/jsonx.h"
 #include "core/xalloc.h"
 #include "serve/serve_int.h"
+
+/* How long a shutdown waits for replies to finish sending once the flows are over. */
+#define SEND_DRAIN_MS 10000.0
 
 struct af_serve_params af_serve_default_params(void)
 {
@@ -266,6 +270,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         rq->route = route_name(url);
         af_buf_init(&rq->body, s->p.max_body);
         *con_cls = rq;
+        atomic_fetch_add(&s->n_inflight, 1);
         const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
         if (cl && strtoull(cl, NULL, 10) > s->p.max_body)
             rq->too_big = 1;
@@ -293,6 +298,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
     af_buf_deinit(&rq->body);
     free(rq);
     *con_cls = NULL;
+    atomic_fetch_sub(&s->n_inflight, 1);
 }
 
 /* --- lifecycle ------------------------------------------------------------------------ */
@@ -420,6 +426,11 @@ void af_serve_shutdown(struct af_serve *s, double grace_s)
     }
     if (s->pool.threads)
         pool_stop(s, grace_s);
+    /* Every flow has ended; let the responses still being written (a stream's last chunks)
+     * go out before the daemon closes the connections. */
+    double deadline = af_clock_ms() + SEND_DRAIN_MS;
+    while (atomic_load(&s->n_inflight) > 0 && af_clock_ms() < deadline)
+        af_clock_sleep_ms(5);
     if (s->d)
         MHD_stop_daemon(s->d);
     s->d = NULL;
