@@ -268,17 +268,20 @@ static void job_finish(struct job *j, int rc)
         json_object_set_new(ev, "usage", job_usage_json(j));
         json_object_set_new(ev, "time_ms", json_real(j->solve_ms));
     }
+    job_emit(j, ev); /* stored before the run's state says it ended */
     if (j->kind == JOB_RUN) {
         json_t *res = af_flow_result_json(&j->res);
         (void)store_run_finish(j->srv->store, j->id,
                                st == JOB_DONE     ? "done"
                                : st == JOB_FAILED ? "failed"
                                                   : "cancelled",
-                               j->res.answer, res, st == JOB_DONE ? NULL : j->res.errmsg,
+                               j->res.answer, res,
+                               st == JOB_DONE        ? NULL
+                               : st == JOB_CANCELLED ? why
+                                                     : j->res.errmsg,
                                now_unix());
         json_decref(res);
     }
-    job_emit(j, ev);
     metrics_flow(j->srv->metrics,
                  st == JOB_DONE     ? "ok"
                  : st == JOB_FAILED ? "error"

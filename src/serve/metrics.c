@@ -132,7 +132,7 @@ double metrics_mean_solve_s(struct metrics *m)
 /* A label value with \, " and newlines escaped, as the text format wants. */
 static void put_label(struct af_buf *out, const char *s)
 {
-    for (; *s; s++) {
+    for (; s && *s; s++) {
         if (*s == '\\' || *s == '"')
             (void)af_buf_putc(out, '\\');
         if (*s == '\n')

@@ -94,7 +94,10 @@ static enum MHD_Result run_events(struct req *rq, const char *id)
     af_buf_init(&out, AF_BUF_NOLIMIT);
     size_t i;
     json_t *ev;
-    json_array_foreach(json_object_get(run, "events"), i, ev) run_format(NULL, NULL, ev, &out);
+    json_array_foreach(json_object_get(run, "events"), i, ev)
+    {
+        run_format(NULL, NULL, ev, &out);
+    }
     json_decref(run);
     size_t n = out.len;
     char *text = af_buf_detach(&out);
