@@ -1,8 +1,8 @@
 /*
- * chat.c - POST /v1/chat/completions: the flow as an OpenAI chat model.
+ * chat.c - POST /v1/chat/completions: the flow as an OpenAI chat model (the body is checked
+ * by request.c).
  *
- * The last user message is the query; the messages before it are prepended as context. The
- * reply's content is the generator's direct output, and `usage` sums every module's tokens.
+ * The reply's content is the generator's direct output, and `usage` sums every module's tokens.
  * With "stream": true the reply is server-sent events in the chat.completion.chunk format:
  * first the role, then one chunk per flow event whose `agentflow` member carries the event
  * (query analysis, each step), then the content in pieces, a chunk with finish_reason, the
@@ -20,80 +20,6 @@
 
 #define CONTENT_PIECE_BYTES 48
 #define WAIT_SLICE_MS 200.0
-
-/* The text of a message's content: a string, or the "text" parts of a list of parts. */
-static int message_text(const json_t *m, struct af_buf *out)
-{
-    const json_t *c = json_object_get(m, "content");
-    if (json_is_string(c))
-        return af_buf_puts(out, json_string_value(c));
-    size_t i;
-    const json_t *part;
-    json_array_foreach(c, i, part)
-    {
-        const char *t = af_json_get_str(part, "text");
-        if (t && af_buf_puts(out, t) != AF_OK)
-            return AF_ETOOBIG;
-    }
-    return AF_OK;
-}
-
-/* Builds spec->query (context + last user message) and spec->title from "messages". Returns 0,
- * or queues a 400 and returns -1. */
-static int build_query(struct req *rq, const json_t *msgs, struct job_spec *spec,
-                       enum MHD_Result *ret)
-{
-    if (!json_is_array(msgs) || json_array_size(msgs) == 0) {
-        *ret = serve_reply_error(rq, 400, "invalid_request_error", "invalid_messages",
-                                 "'messages' must be a non-empty list");
-        return -1;
-    }
-    size_t last = SIZE_MAX, i;
-    const json_t *m;
-    json_array_foreach(msgs, i, m)
-    {
-        const char *role = af_json_get_str(m, "role");
-        if (!json_is_object(m) || !role) {
-            *ret = serve_reply_error(rq, 400, "invalid_request_error", "invalid_messages",
-                                     "'messages[%zu]' needs a 'role' string", i);
-            return -1;
-        }
-        if (strcmp(role, "user") == 0)
-            last = i;
-    }
-    struct af_buf q, ctx;
-    af_buf_init(&q, AF_BUF_NOLIMIT);
-    af_buf_init(&ctx, AF_BUF_NOLIMIT);
-    if (last != SIZE_MAX)
-        (void)message_text(json_array_get(msgs, last), &q);
-    if (last == SIZE_MAX || !af_buf_str(&q)[strspn(af_buf_str(&q), " \t\r\n")]) {
-        af_buf_deinit(&q);
-        af_buf_deinit(&ctx);
-        *ret = serve_reply_error(rq, 400, "invalid_request_error", "no_user_message",
-                                 "the request has no user message with text (the last one is "
-                                 "the question)");
-        return -1;
-    }
-    for (i = 0; i < last; i++) {
-        m = json_array_get(msgs, i);
-        (void)af_buf_printf(&ctx, "%s: ", af_json_get_str(m, "role"));
-        (void)message_text(m, &ctx);
-        (void)af_buf_putc(&ctx, '\n');
-    }
-    spec->title = af_xstrdup(af_buf_str(&q));
-    if (ctx.len) {
-        struct af_buf full;
-        af_buf_init(&full, AF_BUF_NOLIMIT);
-        (void)af_buf_printf(&full, "Earlier in this conversation:\n%s\nThe question: %s",
-                            af_buf_str(&ctx), af_buf_str(&q));
-        spec->query = af_buf_detach(&full);
-    } else {
-        spec->query = af_buf_detach(&q);
-    }
-    af_buf_deinit(&q);
-    af_buf_deinit(&ctx);
-    return 0;
-}
 
 static json_t *chunk_new(const char *id, const char *model, long created)
 {
@@ -240,65 +166,29 @@ static enum MHD_Result reply_done(struct req *rq, struct job *j)
     return serve_reply_json(rq, 200, body);
 }
 
-/* Checks the body and fills spec. Returns 0, or queues a 4xx and returns -1. */
-static int parse_chat(struct req *rq, const json_t *root, struct job_spec *spec,
-                      enum MHD_Result *ret)
-{
-    const char *model = af_json_get_str(root, "model");
-    const json_t *mv = json_object_get(root, "model");
-    if ((mv && !json_is_null(mv) && !model) || (model && strcmp(model, rq->s->served_name) != 0)) {
-        *ret = serve_reply_error(rq, 404, "invalid_request_error", "model_not_found",
-                                 "the model '%.200s' does not exist here; use '%s'",
-                                 model ? model : "(not a string)", rq->s->served_name);
-        return -1;
-    }
-    const json_t *st = json_object_get(root, "stream");
-    if (st && !json_is_boolean(st) && !json_is_null(st)) {
-        *ret = serve_reply_error(rq, 400, "invalid_request_error", "invalid_stream",
-                                 "'stream' must be true or false");
-        return -1;
-    }
-    if (build_query(rq, json_object_get(root, "messages"), spec, ret))
-        return -1;
-    if (!serve_parse_options(rq, root, spec, ret))
-        return -1;
-    return 0;
-}
-
 enum MHD_Result serve_chat_completions(struct req *rq)
 {
     struct af_serve *s = rq->s;
-    json_error_t je;
-    json_t *root = json_loadb(rq->body.data ? rq->body.data : "", rq->body.len, 0, &je);
-    if (!json_is_object(root)) {
-        json_decref(root);
-        return serve_reply_error(rq, 400, "invalid_request_error", "invalid_json",
-                                 "the body is not a JSON object%s%s", root ? "" : ": ",
-                                 root ? "" : je.text);
-    }
     struct job_spec spec;
     memset(&spec, 0, sizeof spec);
-    enum MHD_Result ret = MHD_NO;
-    if (parse_chat(rq, root, &spec, &ret)) {
+    struct chat_opts o;
+    struct serve_err e;
+    if (serve_parse_chat(rq->body.data, rq->body.len, s->served_name, s->p.flow->tools, &spec, &o,
+                         &e)) {
         job_spec_deinit(&spec);
-        json_decref(root);
-        return ret;
+        return serve_reply_err(rq, &e);
     }
-    int stream = json_is_true(json_object_get(root, "stream"));
-    int include_usage =
-        json_is_true(json_object_get(json_object_get(root, "stream_options"), "include_usage"));
-    json_decref(root);
     struct job *j = job_new(s, JOB_CHAT, &spec);
     int rc = pool_submit(s, j);
     if (rc != AF_OK) {
         job_unref(j);
         return serve_reply_rejected(rq, rc);
     }
-    if (stream) {
+    if (o.stream) {
         struct chat_stream *cs = af_xcalloc(1, sizeof *cs);
         cs->model = af_xstrdup(s->served_name);
         cs->created = (long)j->created_unix;
-        cs->include_usage = include_usage;
+        cs->include_usage = o.include_usage;
         struct MHD_Response *r = sse_response_new(rq->c, j, chat_format, cs, chat_stream_free, 1);
         job_unref(j);
         return r ? serve_reply(rq, 200, r) : MHD_NO;
@@ -307,7 +197,7 @@ enum MHD_Result serve_chat_completions(struct req *rq)
         job_unref(j);
         return MHD_NO; /* the client is gone: close without an answer */
     }
-    ret = reply_done(rq, j);
+    enum MHD_Result ret = reply_done(rq, j);
     job_unref(j);
     return ret;
 }

@@ -22,31 +22,13 @@
 enum MHD_Result serve_runs_post(struct req *rq)
 {
     struct af_serve *s = rq->s;
-    json_error_t je;
-    json_t *root = json_loadb(rq->body.data ? rq->body.data : "", rq->body.len, 0, &je);
-    if (!json_is_object(root)) {
-        json_decref(root);
-        return serve_reply_error(rq, 400, "invalid_request_error", "invalid_json",
-                                 "the body is not a JSON object%s%s", root ? "" : ": ",
-                                 root ? "" : je.text);
-    }
-    const char *q = af_json_get_str(root, "query");
-    if (!q || !q[strspn(q, " \t\r\n")]) {
-        json_decref(root);
-        return serve_reply_error(rq, 400, "invalid_request_error", "no_query",
-                                 "the body needs a non-empty 'query' string");
-    }
     struct job_spec spec;
     memset(&spec, 0, sizeof spec);
-    enum MHD_Result ret = MHD_NO;
-    if (!serve_parse_options(rq, root, &spec, &ret)) {
+    struct serve_err e;
+    if (serve_parse_run(rq->body.data, rq->body.len, s->p.flow->tools, &spec, &e)) {
         job_spec_deinit(&spec);
-        json_decref(root);
-        return ret;
+        return serve_reply_err(rq, &e);
     }
-    spec.query = af_xstrdup(q);
-    spec.title = af_xstrdup(q);
-    json_decref(root);
     struct job *j = job_new(s, JOB_RUN, &spec);
     if (store_run_new(s->store, j->id, j->created_unix, j->spec.title, j->spec.options) != AF_OK) {
         job_unref(j);

@@ -122,6 +122,30 @@ struct job *serve_live_find(struct af_serve *s, const char *id);
 /* Fills `out` (>= 17 bytes) with 16 random hex digits. */
 void serve_random_hex(char *out);
 
+/* --- request bodies (request.c) ------------------------------------------------------- */
+/* Why a request was refused: an HTTP status and an OpenAI-style error. */
+struct serve_err {
+    unsigned status;
+    const char *type, *code; /* static strings */
+    char message[1024];
+};
+void serve_err_set(struct serve_err *e, unsigned status, const char *type, const char *code,
+                   const char *fmt, ...) AF_PRINTF(5, 6);
+
+struct chat_opts {
+    int stream, include_usage;
+};
+
+/* Checks a chat completions body (model, messages, stream, max_steps, max_time, tools; the
+ * tools named must be in `tools`, may be NULL) and fills spec (the caller deinits it in every
+ * case) and o. Returns 0, or -1 with e filled (4xx). Safe from any thread. */
+int serve_parse_chat(const char *body, size_t len, const char *served_name,
+                     const struct af_tool_registry *tools, struct job_spec *spec,
+                     struct chat_opts *o, struct serve_err *e);
+/* The same for a POST /v1/runs body {query, max_steps, max_time, tools}. */
+int serve_parse_run(const char *body, size_t len, const struct af_tool_registry *tools,
+                    struct job_spec *spec, struct serve_err *e);
+
 /* --- HTTP (server.c) ------------------------------------------------------------------ */
 /* One HTTP request, hung on libmicrohttpd's per-request pointer. */
 struct req {
@@ -145,10 +169,8 @@ int serve_client_alive(struct MHD_Connection *c);
 /* Refuses a submission that pool_submit turned down: 429 with Retry-After, or 503. */
 enum MHD_Result serve_reply_rejected(struct req *rq, int rc);
 
-/* Parses the per-request options shared by chat completions and runs (max_steps, max_time,
- * tools) from body into spec. On a bad value queues a 400 and returns 0; returns 1 when ok. */
-int serve_parse_options(struct req *rq, const json_t *body, struct job_spec *spec,
-                        enum MHD_Result *ret);
+/* Queues the error e. */
+enum MHD_Result serve_reply_err(struct req *rq, const struct serve_err *e);
 
 /* --- SSE streams (stream.c) ----------------------------------------------------------- */
 /* Formats one event of the job into out; event NULL means the job is finished and the

@@ -82,6 +82,11 @@ enum MHD_Result serve_reply_error(struct req *rq, unsigned status, const char *t
     return serve_reply_json(rq, status, e);
 }
 
+enum MHD_Result serve_reply_err(struct req *rq, const struct serve_err *e)
+{
+    return serve_reply_error(rq, e->status, e->type, e->code, "%s", e->message);
+}
+
 enum MHD_Result serve_reply_rejected(struct req *rq, int rc)
 {
     if (rc != AF_ETOOBIG)
