@@ -55,6 +55,7 @@ enum script_kind {
     SCRIPT_THREE_STEP, /* the three-step 6 x 7 solve */
     SCRIPT_ENDLESS,    /* never stops on its own; each call waits 50 ms */
     SCRIPT_SCRIPT_TAG, /* the tool's result holds a <script> tag */
+    SCRIPT_SLOW,       /* the three-step solve, each call waits 250 ms */
 };
 
 /* tests/data/three_step.json, changed for the kind. Owned: free(). */
@@ -78,6 +79,8 @@ static char *script_text(enum script_kind kind)
             if (strstr(m, "Judge whether"))
                 json_object_set_new(r, "reply", json_string("Conclusion: CONTINUE"));
         }
+        if (kind == SCRIPT_SLOW)
+            json_object_set_new(r, "delay_ms", json_integer(250));
         if (kind == SCRIPT_SCRIPT_TAG && strcmp(m, "What is 6 * 7?") == 0)
             json_object_set_new(r, "reply", json_string("<script>alert(1)</script> 42"));
     }
@@ -694,6 +697,30 @@ static void test_runs_survive_restart(void **state)
     fixture_deinit(&f);
 }
 
+/* A flow that lasts longer than the idle timeout of connections still gets its answer, plain
+ * and streamed: waiting for a flow is not idleness. (The solve makes 14 calls of 250 ms, 5
+ * of them before the first event.) */
+static void test_long_flow_outlives_idle_timeout(void **state)
+{
+    (void)state;
+    struct fixture f;
+    struct af_serve_params sp = af_serve_default_params();
+    sp.connection_timeout_s = 1;
+    fixture_init(&f, SCRIPT_SLOW, &sp, "idle.db");
+    struct http_res r;
+    req(&f, "POST", "/v1/chat/completions", CHAT_6X7, NULL, &r);
+    assert_int_equal(r.status, 200);
+    assert_non_null(strstr(r.body, "**Answer:** 42"));
+    http_res_deinit(&r);
+    req(&f, "POST", "/v1/chat/completions",
+        "{\"stream\":true,\"messages\":[{\"role\":\"user\",\"content\":\"What is 6 times 7?\"}]}",
+        NULL, &r);
+    assert_int_equal(r.status, 200);
+    assert_non_null(strstr(r.body, "data: [DONE]"));
+    http_res_deinit(&r);
+    fixture_deinit(&f);
+}
+
 static void test_metrics(void **state)
 {
     (void)state;
@@ -751,11 +778,17 @@ int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_models_healthz_routes), cmocka_unit_test(test_chat_plain),
-        cmocka_unit_test(test_chat_stream),           cmocka_unit_test(test_bad_inputs),
-        cmocka_unit_test(test_request_options),       cmocka_unit_test(test_auth),
-        cmocka_unit_test(test_429_and_shutdown),      cmocka_unit_test(test_disconnect_cancels),
-        cmocka_unit_test(test_runs_survive_restart),  cmocka_unit_test(test_metrics),
+        cmocka_unit_test(test_models_healthz_routes),
+        cmocka_unit_test(test_chat_plain),
+        cmocka_unit_test(test_chat_stream),
+        cmocka_unit_test(test_bad_inputs),
+        cmocka_unit_test(test_request_options),
+        cmocka_unit_test(test_auth),
+        cmocka_unit_test(test_429_and_shutdown),
+        cmocka_unit_test(test_disconnect_cancels),
+        cmocka_unit_test(test_runs_survive_restart),
+        cmocka_unit_test(test_long_flow_outlives_idle_timeout),
+        cmocka_unit_test(test_metrics),
     };
     return cmocka_run_group_tests_name("serve", tests, setup, teardown);
 }

@@ -42,6 +42,14 @@ int serve_client_alive(struct MHD_Connection *c)
     return 1;
 }
 
+/* A comment line often enough that neither libmicrohttpd's idle timeout nor a proxy's closes
+ * a stream while a long step runs. */
+static double keepalive_ms(const struct sse *st)
+{
+    double third = st->job->srv->p.connection_timeout_s * 1000.0 / 3;
+    return third > 0 && third < SSE_KEEPALIVE_MS ? third : SSE_KEEPALIVE_MS;
+}
+
 static ssize_t sse_read(void *cls, uint64_t pos, char *buf, size_t max)
 {
     (void)pos;
@@ -64,7 +72,7 @@ static ssize_t sse_read(void *cls, uint64_t pos, char *buf, size_t max)
             if (st->cancel_on_close)
                 job_cancel(st->job, "the client disconnected");
             return MHD_CONTENT_READER_END_WITH_ERROR;
-        } else if (af_clock_ms() - st->last_ms > SSE_KEEPALIVE_MS) {
+        } else if (af_clock_ms() - st->last_ms > keepalive_ms(st)) {
             (void)af_buf_puts(&st->pending, ": keep-alive\n\n");
         }
     }
