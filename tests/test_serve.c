@@ -435,6 +435,22 @@ static void test_bad_inputs(void **state)
     expect_error(&f, "GET", "/v1/runs/run_nothing", NULL, NULL, 404, "run_not_found");
     expect_error(&f, "GET", "/v1/runs/run_nothing/events", NULL, NULL, 404, "run_not_found");
     expect_error(&f, "GET", "/v1/runs?limit=0", NULL, NULL, 400, "invalid_limit");
+    /* a body not declared as JSON (what a form on another site can send) */
+    const char *types[] = {"text/plain", "application/x-www-form-urlencoded", "",
+                           "multipart/form-data"};
+    for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
+        char curl_url[128];
+        snprintf(curl_url, sizeof curl_url, "%s/v1/runs", f.base);
+        struct http_req ctq = {.method = "POST",
+                               .url = curl_url,
+                               .body = "{\"query\":\"What is 6 times 7?\"}",
+                               .content_type = types[t]};
+        struct http_res cr;
+        assert_int_equal(http_do(&ctq, &cr), 0);
+        assert_int_equal(cr.status, 415);
+        assert_non_null(strstr(cr.body, "invalid_content_type"));
+        http_res_deinit(&cr);
+    }
     /* binary garbage, then the server still answers */
     const char junk[] = "\x01\xff\xfe{\"\x80\x81";
     struct http_req rq = {.method = "POST", .body = junk, .body_len = sizeof junk - 1};

@@ -205,6 +205,20 @@ static int authorised(struct req *rq)
     return diff == 0;
 }
 
+/* 1 when the request declares a JSON body. Requiring it keeps other web sites out: a page
+ * elsewhere can make a browser send a form or text/plain POST here without asking, but not
+ * an application/json one (that needs a CORS preflight, which this server never grants). */
+static int json_content_type(struct MHD_Connection *c)
+{
+    const char *ct = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Type");
+    if (!ct)
+        return 0;
+    ct += strspn(ct, " \t");
+    size_t n = strlen("application/json");
+    return strncasecmp(ct, "application/json", n) == 0 &&
+           (ct[n] == '\0' || ct[n] == ';' || ct[n] == ' ');
+}
+
 static const char *route_name(const char *url)
 {
     if (strcmp(url, "/v1/chat/completions") == 0)
@@ -238,6 +252,9 @@ static enum MHD_Result dispatch(struct req *rq, const char *url, const char *met
         return serve_reply_error(rq, 413, "invalid_request_error", "body_too_large",
                                  "the body is over the limit of %zu bytes (--max-body)",
                                  rq->s->p.max_body);
+    if (post && !json_content_type(rq->c))
+        return serve_reply_error(rq, 415, "invalid_request_error", "invalid_content_type",
+                                 "POST bodies must be sent as 'Content-Type: application/json'");
     if (atomic_load(&rq->s->stopping) && post)
         return serve_reply_error(rq, 503, "server_error", "shutting_down",
                                  "the server is shutting down");

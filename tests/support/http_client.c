@@ -4,6 +4,7 @@
 #include "support/http_client.h"
 
 #include <curl/curl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -47,7 +48,10 @@ int http_do(const struct http_req *rq, struct http_res *out)
         snprintf(auth, sizeof auth, "Authorization: Bearer %s", rq->bearer);
         h = curl_slist_append(h, auth);
     }
-    h = curl_slist_append(h, "Content-Type: application/json");
+    char ct[256];
+    snprintf(ct, sizeof ct, "Content-Type: %s",
+             rq->content_type ? rq->content_type : "application/json");
+    h = curl_slist_append(h, ct);
     h = curl_slist_append(h, "Expect:");
     curl_easy_setopt(c, CURLOPT_URL, rq->url);
     curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);

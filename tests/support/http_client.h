@@ -21,13 +21,14 @@ struct http_res {
 typedef int (*http_stop_fn)(void *user, const char *body_so_far);
 
 struct http_req {
-    const char *method; /* "GET" or "POST" */
-    const char *url;    /* full URL */
-    const char *body;   /* POST body or NULL */
-    size_t body_len;    /* 0 = strlen(body) */
-    const char *bearer; /* Authorization: Bearer value, or NULL */
-    double timeout_s;   /* whole transfer; 0 = 120 */
-    http_stop_fn stop;  /* may be NULL */
+    const char *method;       /* "GET" or "POST" */
+    const char *url;          /* full URL */
+    const char *body;         /* POST body or NULL */
+    size_t body_len;          /* 0 = strlen(body) */
+    const char *bearer;       /* Authorization: Bearer value, or NULL */
+    const char *content_type; /* of a POST body; NULL = application/json */
+    double timeout_s;         /* whole transfer; 0 = 120 */
+    http_stop_fn stop;        /* may be NULL */
     void *stop_user;
 };
 
