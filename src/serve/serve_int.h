@@ -43,8 +43,10 @@ struct job {
     struct af_serve *srv; /* borrowed */
     struct job_spec spec;
     double created_unix;
-    pthread_mutex_t mu; /* guards everything below */
-    pthread_cond_t cv;  /* broadcast on every event and state change */
+    /* mu guards refs, state, cancel_reason and events. res, solve_ms and the step counters
+     * belong to the flow thread until the state is final, and are read-only after. */
+    pthread_mutex_t mu;
+    pthread_cond_t cv; /* broadcast on every event and state change */
     int refs;
     enum job_state state;
     atomic_int cancel;   /* set once; read by the back-end decorators */
@@ -62,7 +64,8 @@ struct job {
 struct job *job_new(struct af_serve *s, enum job_kind kind, struct job_spec *spec);
 void job_ref(struct job *j);
 void job_unref(struct job *j);
-/* Asks the flow to stop at its next LLM call (or drops it from the queue). Idempotent. */
+/* Asks the flow to stop at its next LLM call (a job still waiting stops at its first one).
+ * Idempotent; safe from any thread. */
 void job_cancel(struct job *j, const char *reason);
 /* 1 once the job reached DONE, FAILED or CANCELLED. Takes j->mu. */
 int job_finished(struct job *j);

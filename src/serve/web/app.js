@@ -226,6 +226,7 @@ async function loadTools() {
   let list;
   try { list = await api("/v1/tools"); } catch (e) { return; }
   const fs = $("tools");
+  fs.querySelectorAll("label").forEach((l) => l.remove());
   for (const t of list.data || []) {
     const label = el("label", null);
     const box = document.createElement("input");
