@@ -251,6 +251,7 @@ static void test_sigterm_lets_flow_finish(void **state)
     assert_int_equal(af_file_read(s.log, 1 << 20, &log, NULL, err, sizeof err), 0);
     assert_non_null(strstr(log, "SIGTERM"));
     assert_non_null(strstr(log, "1 answered, 0 failed, 0 cancelled"));
+    assert_non_null(strstr(log, "agentflow serve: POST /v1/chat/completions 200 "));
     free(log);
     http_res_deinit(&b.res);
     pthread_mutex_destroy(&b.mu);
@@ -366,10 +367,15 @@ static void test_openai_client(void **state)
     tmp_path("client.json", script, sizeof script);
     write_script(script, 0, 0, 0);
     snprintf(url, sizeof url, "scripted:%s", script);
-    const char *args[] = {"--url",     url,     "--db", tmp_path("client.db", db, sizeof db),
-                          "--api-key", "k-123", NULL};
+    const char *args[] = {"--url", url, "--db", tmp_path("client.db", db, sizeof db), NULL};
     struct server s;
+    setenv("AGENTFLOW_API_KEY", "k-123", 1); /* the key from the environment this time */
     server_start(&s, "client.log", args);
+    unsetenv("AGENTFLOW_API_KEY");
+    struct http_res nokey;
+    get(&s, "/v1/models", &nokey);
+    assert_int_equal(nokey.status, 401);
+    http_res_deinit(&nokey);
     const char *argv[] = {node,    src_path("tests/support/serve_openai.mjs", js, sizeof js),
                           modules, s.base,
                           "k-123", NULL};

@@ -40,6 +40,7 @@ static void serve_usage(FILE *f)
                "  --db FILE            SQLite file of the runs (default agentflow-runs.db)\n"
                "  --grace-s S          on SIGTERM, how long running flows may finish (default 30)\n"
                "  --trace FILE         append JSONL trace records of every flow (docs/TRACE.md)\n"
+               "  --quiet              no log line per request on stderr\n"
                "\n"
                "SIGTERM or SIGINT: stop accepting, let running flows finish for --grace-s, cancel\n"
                "the rest, exit 0. Exit codes: 2 usage, 3 back-end, 4 bad input file, 1 cannot\n"
@@ -57,6 +58,7 @@ enum {
     OPT_DB,
     OPT_GRACE,
     OPT_TRACE,
+    OPT_QUIET,
 };
 
 static const struct option serve_own_opts[] = {
@@ -70,6 +72,7 @@ static const struct option serve_own_opts[] = {
     {"db", required_argument, 0, OPT_DB},
     {"grace-s", required_argument, 0, OPT_GRACE},
     {"trace", required_argument, 0, OPT_TRACE},
+    {"quiet", no_argument, 0, OPT_QUIET},
     {"help", no_argument, 0, 'h'},
     {0, 0, 0, 0},
 };
@@ -78,6 +81,7 @@ struct cmd_serve_args {
     struct run_args common;
     struct af_serve_params sp;
     double grace_s;
+    int quiet;
 };
 
 static int handle_number(int o, const char *arg, struct cmd_serve_args *a)
@@ -130,6 +134,9 @@ static int handle_own(struct cmd_serve_args *a, int o, const char *arg)
     case OPT_TRACE:
         json_object_set_new(a->common.flags, "trace", json_string(arg));
         return 0;
+    case OPT_QUIET:
+        a->quiet = 1;
+        return 0;
     case OPT_PORT:
     case OPT_MAX_CONCURRENT:
     case OPT_QUEUE:
@@ -164,6 +171,15 @@ static int parse_args(int argc, char **argv, struct cmd_serve_args *a)
     return rc;
 }
 
+/* One line per request; stderr is unbuffered and each line one call, so lines from many
+ * connection threads do not mix. */
+static void log_request(void *user, const char *method, const char *path, unsigned status,
+                        double ms)
+{
+    (void)user;
+    fprintf(stderr, "%s: %s %.200s %u %.3f s\n", CMD, method, path, status, ms / 1000.0);
+}
+
 /* Serves until SIGTERM or SIGINT, which every thread leaves to this one (the mask is set
  * before any thread starts, and threads inherit it). */
 static int serve_until_signal(struct cmd_serve_args *a, const struct af_flow_params *flow)
@@ -174,6 +190,8 @@ static int serve_until_signal(struct cmd_serve_args *a, const struct af_flow_par
     sigaddset(&set, SIGINT);
     pthread_sigmask(SIG_BLOCK, &set, NULL);
     a->sp.flow = flow;
+    if (!a->quiet)
+        a->sp.on_request = log_request;
     struct af_serve *s = NULL;
     char err[1024];
     if (af_serve_start(&a->sp, &s, err, sizeof err) != AF_OK) {

@@ -34,6 +34,11 @@ struct af_serve_params {
     const struct af_flow_params *flow; /* the template of every solve; borrowed, must outlive
                                           the server (its tools, back-ends, prompts, trace) */
     double connection_timeout_s;       /* idle keep-alive connections close; default 120 */
+    /* Optional: told about each request when it is over (status 499: the client left before
+     * an answer), from that connection's thread; strings borrowed for the call. */
+    void (*on_request)(void *user, const char *method, const char *path, unsigned status,
+                       double ms);
+    void *user;
 };
 
 struct af_serve_params af_serve_default_params(void);

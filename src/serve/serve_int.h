@@ -154,8 +154,10 @@ int serve_parse_run(const char *body, size_t len, const struct af_tool_registry 
 struct req {
     struct af_serve *s;
     struct MHD_Connection *c;
-    const char *route; /* the metrics label; static string */
-    unsigned status;   /* what was queued; 0 when nothing was */
+    const char *route;   /* the metrics label; static string */
+    char *method, *path; /* owned copies, for the request log */
+    double t0_ms;
+    unsigned status; /* what was queued; 0 when nothing was */
     struct af_buf body;
     int too_big;
 };

@@ -290,6 +290,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         rq->s = s;
         rq->c = c;
         rq->route = route_name(url);
+        rq->method = af_xstrdup(method);
+        rq->path = af_xstrdup(url);
+        rq->t0_ms = af_clock_ms();
         af_buf_init(&rq->body, s->p.max_body);
         *con_cls = rq;
         atomic_fetch_add(&s->n_inflight, 1);
@@ -317,6 +320,11 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
     if (!rq)
         return;
     metrics_http(s->metrics, rq->route, rq->status ? rq->status : 499);
+    if (s->p.on_request)
+        s->p.on_request(s->p.user, rq->method, rq->path, rq->status ? rq->status : 499,
+                        af_clock_ms() - rq->t0_ms);
+    free(rq->method);
+    free(rq->path);
     af_buf_deinit(&rq->body);
     free(rq);
     *con_cls = NULL;
@@ -372,7 +380,7 @@ static int start_daemon(struct af_serve *s, char *err, size_t errlen)
     s->d = MHD_start_daemon(flags, 0, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR,
                             (struct sockaddr *)&ss, MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
                             MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)s->p.connection_timeout_s,
-                            MHD_OPTION_LISTENING_ADDRESS_REUSE, 1U, MHD_OPTION_END);
+                            MHD_OPTION_END);
     if (!s->d) {
         snprintf(err, errlen, "cannot listen on %s port %d (in use, or not an address here)",
                  s->host, s->p.port);
