@@ -43,7 +43,7 @@ LDLIBS_ALL := $(PKG_LIBS) -lm -pthread -fopenmp $(LDLIBS)
 B := build/$(MODE)
 LIB_SRC := $(filter-out src/cli/%,$(wildcard src/*/*.c))
 CLI_SRC := $(wildcard src/cli/*.c)
-PROMPTS := $(sort $(wildcard prompts/*.txt))
+PROMPTS := $(sort $(wildcard prompts/*.txt prompts/*/*.txt))
 GEN_PROMPTS := $(B)/gen/prompts_data.c
 # The page of `agentflow serve` (src/serve/web/), compiled in like the prompts.
 WEB := $(sort $(wildcard src/serve/web/*))
@@ -61,7 +61,7 @@ LIBA := $(B)/libagentflow.a
 CLI := $(B)/agentflow
 
 .SECONDARY: $(TEST_SUPPORT_OBJ)
-.PHONY: all test asan lint format bench fuzz clean
+.PHONY: all test asan lint format bench fuzz clean model
 all: $(CLI) $(LIBA) build/agentflow build/libagentflow.a
 
 # Stable paths for users and scripts, whatever the MODE.
@@ -122,6 +122,10 @@ asan:
 bench: $(BENCH_BIN) $(CLI)
 
 FORMAT_SRC := $(shell git ls-files '*.c' '*.h' 2>/dev/null)
+# The embedded model from nothing (scripts/make-model.sh; hours on 2 cores, docs/WORLD.md).
+model: all
+	./scripts/make-model.sh
+
 lint:
 	@echo "clang-format check"; clang-format --dry-run --Werror $(FORMAT_SRC)
 	@echo "cppcheck"; cppcheck --quiet --error-exitcode=1 --enable=warning,performance,portability \

@@ -2,8 +2,8 @@
  * embed.c - build tool: compiles files into a C array so that the binary needs none of them.
  *
  * Usage: embed OUT.c FILE...
- *   The prompt templates: {name, text} entries of af_prompt_files (flow/prompts_data.h); the
- *   name of each is the file's base name without ".txt".
+ *   The prompt templates: {name, text} entries of af_prompt_files (flow/prompts_data.h), each
+ *   named by its path after "prompts/", without ".txt": "next_step", "compact/next_step".
  * Usage: embed --header H.h --type T --symbol S OUT.c FILE...
  *   Any files (the web page): {name, data, size} entries of `const struct T S[]`, declared in
  *   H.h; the name is the base name. The bytes are written as a char array, as string literals
@@ -19,8 +19,9 @@ static int embed_text(FILE *out, const char *path)
         perror(path);
         return 1;
     }
-    const char *base = strrchr(path, '/');
-    base = base ? base + 1 : path;
+    /* Named by the path under the prompts folder: "next_step", "compact/next_step". */
+    const char *base = strstr(path, "prompts/");
+    base = base ? base + 8 : path;
     size_t nlen = strlen(base);
     if (nlen > 4 && strcmp(base + nlen - 4, ".txt") == 0)
         nlen -= 4;

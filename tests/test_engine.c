@@ -889,7 +889,7 @@ static void *chat_thread(void *arg)
 {
     struct chat_job *j = arg;
     struct af_msg msgs[] = {{"system", "You plan."}, {"user", "Pick a tool."}};
-    struct af_llm_request req = {msgs, 2, af_llm_default_sampling(), NULL};
+    struct af_llm_request req = {.msgs = msgs, .n_msgs = 2, .sampling = af_llm_default_sampling()};
     req.sampling.max_tokens = 6;
     struct af_llm_reply rep;
     af_llm_reply_init(&rep);

@@ -148,6 +148,15 @@ struct af_engine_random_params {
     uint64_t seed;
     const char *vocab_from; /* a GGUF whose tokenizer.* keys are copied; NULL = byte vocab */
 };
+/* Trains a byte-level BPE vocabulary of n_vocab tokens (the 256 bytes, the merges learned
+ * from `texts`, and <|endoftext|> <|im_start|> <|im_end|>) with the qwen2 pre-tokeniser and
+ * writes it to out_path as a GGUF holding only tokenizer.* keys (ChatML template), for
+ * af_engine_random_params.vocab_from. Fewer merges are made when no pair repeats.
+ * *n_merges (may be NULL) gets the number made. The same texts give the same file. */
+AF_NODISCARD int af_engine_make_vocab(const char *const *texts, size_t n_texts, size_t n_vocab,
+                                      const char *out_path, size_t *n_merges, char *err,
+                                      size_t errlen);
+
 /* Writes a random-weight model (atomically). The same parameters give the same file. */
 AF_NODISCARD int af_engine_make_random(const struct af_engine_random_params *p,
                                        const char *out_path, char *err, size_t errlen);

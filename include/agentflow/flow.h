@@ -33,6 +33,8 @@ struct af_prompts;
 
 /* Loads the compiled-in templates, then overrides each one that has a file NAME.txt in `dir`
  * (may be NULL). Unknown files in dir are ignored; an unreadable one is an error naming it.
+ * `dir` may instead name a compiled-in set: "compact" (prompts/compact/, short wording for
+ * small models); a folder of that name is then written "./compact".
  * Owned by the caller: af_prompts_free. */
 AF_NODISCARD int af_prompts_load(const char *dir, struct af_prompts **out, char *err,
                                  size_t errlen);

@@ -42,6 +42,10 @@ struct af_llm_request {
     size_t n_msgs;
     struct af_sampling sampling;
     const char *model; /* borrowed; NULL = the back-end's default */
+    /* borrowed; the flow module that asks ("query_analysis", "planner", "executor",
+     * "verifier", "final_output", "direct_output"), NULL for other callers (tools). Back-ends
+     * that answer by role (the practice world's expert) read it; the others ignore it. */
+    const char *module;
 };
 
 /* Everything a reply can carry. Every pointer is owned by the reply (af_llm_reply_deinit). */

@@ -41,8 +41,13 @@ AF_NODISCARD int af_score_item(const char *bench, const json_t *item, const char
  * unwrapped too. The result is trimmed and malloc'd (caller frees); never NULL. */
 char *af_score_extract(const char *text);
 
-/* Returns the NULL-terminated list of benchmark names, sorted. Static; do not free. */
+/* Returns the NULL-terminated list of the paper's ten benchmark names, sorted (what "all"
+ * means). Static; do not free. */
 const char *const *af_score_benchmarks(void);
+
+/* Returns 1 when `bench` has a scorer: the paper's ten and the practice world's world-lookup,
+ * world-multihop, world-calc and world-24. */
+int af_score_known(const char *bench);
 
 /* Returns 1 when `bench` is a QA bench whose score carries a meaningful token F1, else 0. */
 int af_score_reports_f1(const char *bench);

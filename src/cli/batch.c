@@ -286,7 +286,7 @@ int run_build_config(const struct run_args *a, const char *cmd, struct run_confi
         if (a->slot_model[i])
             config_set_model(cfg, i, a->slot_model[i]);
     }
-    return CLI_OK;
+    return run_apply_embedded(cfg, cmd, 0);
 }
 
 int run_ctx_open(struct run_ctx *rc, const struct run_config *cfg)

@@ -50,6 +50,12 @@ void run_common_usage(FILE *f);
  * and returns an exit code. */
 int run_build_config(const struct run_args *a, const char *cmd, struct run_config *cfg);
 
+/* Slots left without a URL get the embedded model (models/agentflow-world.gguf beside the
+ * build folder, or $AGENTFLOW_EMBEDDED_MODEL) when it exists, with the compact prompts, the
+ * world's tools and its passage index ($AGENTFLOW_WORLD_DIR, default build/world, built on
+ * first use). Called by run_build_config; prints one line unless quiet. Returns an exit code. */
+int run_apply_embedded(struct run_config *cfg, const char *cmd, int quiet);
+
 /* --- Run context ---------------------------------------------------------------------- */
 struct run_ctx {
     struct backends be;

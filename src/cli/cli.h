@@ -20,6 +20,12 @@ int cmd_model(int argc, char **argv);
 /* `serve` (cmd_serve.c): the flow behind an OpenAI-compatible HTTP API and a live page. */
 int cmd_serve(int argc, char **argv);
 int cmd_train(int argc, char **argv);
+/* `world build` (cmd_world.c): the practice world. */
+int cmd_world(int argc, char **argv);
+/* `model make-vocab` (cmd_model_vocab.c); argv[0] is "make-vocab". */
+int cmd_model_make_vocab(int argc, char **argv);
+/* `world traces` (cmd_world_traces.c): expert traces as SFT data; argv[0] is "traces". */
+int cmd_world_traces(int argc, char **argv);
 /* `train grpo` (cmd_grpo.c); argv[0] is "grpo". */
 int cmd_train_grpo(int argc, char **argv);
 /* `train plot RUN` (cmd_train_plot.c): curves.html and *.svg from RUN/metrics.jsonl. */

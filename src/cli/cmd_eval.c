@@ -87,9 +87,8 @@ static int parse_args(int argc, char **argv, struct eval_args *a)
         fprintf(stderr, "agentflow eval score: --bench and --pred are required\n");
         return CLI_EUSAGE;
     }
-    for (const char *const *b = af_score_benchmarks(); *b; b++)
-        if (strcmp(*b, a->bench) == 0)
-            return CLI_OK;
+    if (af_score_known(a->bench))
+        return CLI_OK;
     fprintf(stderr, "agentflow eval score: unknown benchmark \"%s\"\n", a->bench);
     eval_usage(stderr);
     return CLI_EUSAGE;

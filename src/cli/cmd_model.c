@@ -16,33 +16,35 @@
 
 static void model_usage(FILE *f)
 {
-    fprintf(f, "usage: agentflow model info PATH\n"
-               "       agentflow model tokenize PATH TEXT [--no-bos] [--no-special]\n"
-               "       agentflow model logits PATH --prompt TEXT [--top K] [--chat]\n"
-               "       agentflow model generate PATH --prompt TEXT [--chat] [-n N] [sampling]\n"
-               "       agentflow model bench PATH [-p 512] [-n 128] [-t 2] [--prefix 2000]\n"
-               "       agentflow model make-random --arch qwen2|llama --shape SHAPE --type T\n"
-               "                                   --seed S [--vocab-from GGUF] OUT.gguf\n"
-               "       agentflow model quantize IN.gguf OUT.gguf TYPE\n"
-               "       agentflow model merge BASE.gguf ADAPTER_DIR OUT.gguf [--type T]\n"
-               "\n"
-               "Common options: --threads N, --ctx N, --chat-template chatml|llama3.\n"
-               "tokenize prints the ids on one line (BOS added as the vocabulary says, special\n"
-               "  token texts such as <|im_start|> matched, unless --no-bos / --no-special).\n"
-               "logits prints {\"n_tokens\":N,\"top\":[[id,logit],...]} for the last position.\n"
-               "generate streams the text to stdout; --json prints a JSON record instead.\n"
-               "  Sampling: --temp T (0 = greedy), --top-k K, --top-p P, --min-p P,\n"
-               "  --freq-penalty F, --presence-penalty F, --seed S, --stop TEXT (repeatable),\n"
-               "  --ignore-eos.\n"
-               "bench prints prefill and decode tokens/s on random token ids, and the time of a\n"
-               "  second prefill that shares a --prefix-token prefix with the first.\n"
-               "merge folds a PEFT LoRA folder into the weights it adapts (W += alpha/r * B.A),\n"
-               "  written in each tensor's own type or --type T (F32 F16 BF16 Q8_0 Q4_0 Q4_1\n"
-               "  Q5_0 Q5_1 Q4_K Q5_K Q6_K); every other tensor and key is copied as it is.\n"
-               "Shapes: tiny, small, qwen2.5-0.5b, qwen2.5-1.5b, qwen2.5-7b, llama3.2-1b,\n"
-               "  llama3-8b. Types: F32 F16 BF16 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 Q4_K Q4_K_M Q5_K\n"
-               "  Q5_K_M Q6_K.\n"
-               "Exit codes: 0 ok, 1 failure while running, 2 usage, 4 bad model or input file.\n");
+    fprintf(f,
+            "usage: agentflow model info PATH\n"
+            "       agentflow model tokenize PATH TEXT [--no-bos] [--no-special]\n"
+            "       agentflow model logits PATH --prompt TEXT [--top K] [--chat]\n"
+            "       agentflow model generate PATH --prompt TEXT [--chat] [-n N] [sampling]\n"
+            "       agentflow model bench PATH [-p 512] [-n 128] [-t 2] [--prefix 2000]\n"
+            "       agentflow model make-vocab --input FILE [--input FILE ...] --size N OUT.gguf\n"
+            "       agentflow model make-random --arch qwen2|llama --shape SHAPE --type T\n"
+            "                                   --seed S [--vocab-from GGUF] OUT.gguf\n"
+            "       agentflow model quantize IN.gguf OUT.gguf TYPE\n"
+            "       agentflow model merge BASE.gguf ADAPTER_DIR OUT.gguf [--type T]\n"
+            "\n"
+            "Common options: --threads N, --ctx N, --chat-template chatml|llama3.\n"
+            "tokenize prints the ids on one line (BOS added as the vocabulary says, special\n"
+            "  token texts such as <|im_start|> matched, unless --no-bos / --no-special).\n"
+            "logits prints {\"n_tokens\":N,\"top\":[[id,logit],...]} for the last position.\n"
+            "generate streams the text to stdout; --json prints a JSON record instead.\n"
+            "  Sampling: --temp T (0 = greedy), --top-k K, --top-p P, --min-p P,\n"
+            "  --freq-penalty F, --presence-penalty F, --seed S, --stop TEXT (repeatable),\n"
+            "  --ignore-eos.\n"
+            "bench prints prefill and decode tokens/s on random token ids, and the time of a\n"
+            "  second prefill that shares a --prefix-token prefix with the first.\n"
+            "merge folds a PEFT LoRA folder into the weights it adapts (W += alpha/r * B.A),\n"
+            "  written in each tensor's own type or --type T (F32 F16 BF16 Q8_0 Q4_0 Q4_1\n"
+            "  Q5_0 Q5_1 Q4_K Q5_K Q6_K); every other tensor and key is copied as it is.\n"
+            "Shapes: tiny, small, qwen2.5-0.5b, qwen2.5-1.5b, qwen2.5-7b, llama3.2-1b,\n"
+            "  llama3-8b. Types: F32 F16 BF16 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 Q4_K Q4_K_M Q5_K\n"
+            "  Q5_K_M Q6_K.\n"
+            "Exit codes: 0 ok, 1 failure while running, 2 usage, 4 bad model or input file.\n");
 }
 
 enum {
@@ -579,6 +581,8 @@ int cmd_model(int argc, char **argv)
 {
     static const char *subs[] = {"info",  "tokenize",    "logits",   "generate",
                                  "bench", "make-random", "quantize", "merge"};
+    if (argc >= 2 && !strcmp(argv[1], "make-vocab"))
+        return cmd_model_make_vocab(argc - 1, argv + 1);
     int which = -1;
     for (int i = 0; argc >= 2 && i < 8; i++)
         if (!strcmp(argv[1], subs[i]))

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "agentflow/engine.h"
+#include "agentflow/world.h"
 #include "core/xalloc.h"
 
 static void set_str(char **dst, const char *v)
@@ -340,6 +341,39 @@ int config_apply_env(struct run_config *c, char *err, size_t errlen)
     return AF_OK;
 }
 
+/* expert:DIR[?noise=P][&seed=S]: the practice world's scripted expert (world.h). */
+static struct af_llm *open_expert(const char *spec, const char *slot, int *code, char *err,
+                                  size_t errlen)
+{
+    char dir[4096];
+    size_t n = strcspn(spec, "?");
+    snprintf(dir, sizeof dir, "%.*s", (int)n, spec);
+    double noise = 0;
+    unsigned long long seed = 0;
+    for (const char *p = spec[n] ? spec + n + 1 : NULL; p && *p;) {
+        char *end = NULL;
+        if (!strncmp(p, "noise=", 6)) {
+            noise = strtod(p + 6, &end);
+        } else if (!strncmp(p, "seed=", 5)) {
+            seed = strtoull(p + 5, &end, 10);
+        }
+        if (!end || (*end && *end != '&') || noise < 0 || noise > 1) {
+            snprintf(err, errlen,
+                     "%s slot: expert:%s: expected expert:DIR[?noise=P][&seed=S] with P in "
+                     "[0, 1]",
+                     slot, spec);
+            *code = AF_EINVAL;
+            return NULL;
+        }
+        p = *end ? end + 1 : end;
+    }
+    char msg[1024];
+    struct af_llm *llm = af_world_expert_new(dir, noise, seed, msg, sizeof msg);
+    if (!llm)
+        snprintf(err, errlen, "%s slot: %s", slot, msg);
+    return llm;
+}
+
 /* Opens one slot's back-end. *code says why it failed: AF_EINVAL for a setting (no URL, an
  * unknown scheme), AF_EPARSE for a file the URL names (gguf:, scripted:) that is missing or
  * cannot be used. */
@@ -350,7 +384,8 @@ static struct af_llm *open_one(const struct run_config *c, const struct slot_cfg
     if (!s->url || !s->url[0]) {
         snprintf(err, errlen,
                  "no back-end URL for the %s slot: pass --url URL (or --%s-url), set "
-                 "AGENTFLOW_URL, or put \"url\" in the --config file",
+                 "AGENTFLOW_URL, put \"url\" in the --config file, or build the embedded "
+                 "model (make model)",
                  slot, slot);
         return NULL;
     }
@@ -372,10 +407,15 @@ static struct af_llm *open_one(const struct run_config *c, const struct slot_cfg
             snprintf(err, errlen, "%s slot: %s", slot, msg);
         return llm;
     }
+    if (!strncmp(s->url, "expert:", 7)) {
+        *code = AF_EPARSE;
+        return open_expert(s->url + 7, slot, code, err, errlen);
+    }
     if (strncmp(s->url, "http://", 7) && strncmp(s->url, "https://", 8)) {
         snprintf(err, errlen,
-                 "%s slot: URL '%s' must start with http://, https://, scripted: or gguf:", slot,
-                 s->url);
+                 "%s slot: URL '%s' must start with http://, https://, scripted:, gguf: or "
+                 "expert:",
+                 slot, s->url);
         return NULL;
     }
     struct af_llm_openai_params p = af_llm_openai_default_params();

@@ -21,6 +21,7 @@ static void usage(FILE *f)
                "  index    build or query the offline Wikipedia passage index\n"
                "  model    inspect, run, benchmark, quantize, merge or generate GGUF models\n"
                "  train    fine-tune a model (sft: chat JSONL; grpo: Flow-GRPO in the flow)\n"
+               "  world    generate the practice world: encyclopedia, questions, index\n"
                "  version  print the version\n"
                "\n"
                "Run 'agentflow COMMAND --help' for a command's options.\n");
@@ -67,6 +68,8 @@ int main(int argc, char **argv)
         return cmd_model(argc - 1, argv + 1);
     if (strcmp(cmd, "train") == 0)
         return cmd_train(argc - 1, argv + 1);
+    if (strcmp(cmd, "world") == 0)
+        return cmd_world(argc - 1, argv + 1);
     if (strcmp(cmd, "version") == 0 || strcmp(cmd, "--version") == 0) {
         printf("agentflow %s\n", AGENTFLOW_VERSION);
         return CLI_OK;

@@ -243,16 +243,40 @@ static const struct shape *find_shape(const char *name)
     return NULL;
 }
 
+/* "custom:LAYERS,EMBD,HEADS,KV_HEADS,FF": a qwen2-style shape of one's own (a model trained
+ * from scratch). Head size EMBD/HEADS must be even (RoPE) and HEADS a multiple of KV_HEADS. */
+static int parse_custom(const char *spec, struct shape *out)
+{
+    long long v[5];
+    char tail;
+    if (strncmp(spec, "custom:", 7) != 0 || sscanf(spec + 7, "%lld,%lld,%lld,%lld,%lld%c", &v[0],
+                                                   &v[1], &v[2], &v[3], &v[4], &tail) != 5)
+        return 0;
+    for (int i = 0; i < 5; i++)
+        if (v[i] < 1 || v[i] > 65536)
+            return 0;
+    if (v[1] % v[2] != 0 || (v[1] / v[2]) % 2 != 0 || v[2] % v[3] != 0)
+        return 0;
+    *out = (struct shape){"custom", v[0], v[1], v[2], v[3], v[4], 0, 32768, 10000.0f, 1e-6f, 1};
+    return 1;
+}
+
 int af_engine_make_random(const struct af_engine_random_params *p, const char *out_path, char *err,
                           size_t errlen)
 {
+    struct shape custom;
     const struct shape *sh = find_shape(p->shape ? p->shape : "tiny");
+    if (!sh && p->shape && parse_custom(p->shape, &custom))
+        sh = &custom;
     struct quantize_plan plan;
     int qwen = p->arch && !strcmp(p->arch, "qwen2");
     if (!sh) {
         char names[256];
         shape_names(names, sizeof names);
-        af_errf(err, errlen, "unknown shape '%s' (%s)", p->shape, names);
+        af_errf(err, errlen,
+                "unknown shape '%s' (%s, or custom:LAYERS,EMBD,HEADS,KV_HEADS,FF with "
+                "EMBD/HEADS even and HEADS a multiple of KV_HEADS)",
+                p->shape, names);
         return AF_EINVAL;
     }
     if (!qwen && (!p->arch || strcmp(p->arch, "llama"))) {

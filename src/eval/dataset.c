@@ -24,10 +24,7 @@ const char *eval_data_dir(const char *flag)
 
 static int known_bench(const char *name)
 {
-    for (const char *const *b = af_score_benchmarks(); *b; b++)
-        if (strcmp(*b, name) == 0)
-            return 1;
-    return 0;
+    return af_score_known(name);
 }
 
 static void unknown_bench(const char *name, char *err, size_t errlen)
@@ -37,7 +34,7 @@ static void unknown_bench(const char *name, char *err, size_t errlen)
     (void)af_buf_printf(&b, "unknown benchmark \"%s\"; known:", name);
     for (const char *const *n = af_score_benchmarks(); *n; n++)
         (void)af_buf_printf(&b, " %s", *n);
-    (void)af_buf_puts(&b, " (or all)");
+    (void)af_buf_puts(&b, " (or all), and world-lookup world-multihop world-calc world-24");
     af_errf(err, errlen, "%s", af_buf_str(&b));
     af_buf_deinit(&b);
 }

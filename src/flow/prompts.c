@@ -21,23 +21,54 @@ struct af_prompts {
     char **texts;       /* owned */
 };
 
+/* The compiled-in text of set/name ("compact/next_step"), or NULL. */
+static const char *builtin_text(const char *set, const char *name)
+{
+    size_t sl = strlen(set);
+    for (size_t i = 0; af_prompt_files[i].name; i++) {
+        const char *n = af_prompt_files[i].name;
+        if (strncmp(n, set, sl) == 0 && n[sl] == '/' && strcmp(n + sl + 1, name) == 0)
+            return af_prompt_files[i].text;
+    }
+    return NULL;
+}
+
+/* Whether `dir` names a compiled-in set (a word without '/', such as "compact"). */
+static int is_builtin_set(const char *dir)
+{
+    if (strchr(dir, '/'))
+        return 0;
+    size_t dl = strlen(dir);
+    for (size_t i = 0; af_prompt_files[i].name; i++)
+        if (strncmp(af_prompt_files[i].name, dir, dl) == 0 && af_prompt_files[i].name[dl] == '/')
+            return 1;
+    return 0;
+}
+
 int af_prompts_load(const char *dir, struct af_prompts **out, char *err, size_t errlen)
 {
     *out = NULL;
-    size_t n = 0;
-    while (af_prompt_files[n].name)
-        n++;
+    size_t n = 0, n_all = 0;
+    while (af_prompt_files[n_all].name)
+        n += strchr(af_prompt_files[n_all++].name, '/') == NULL;
     struct af_prompts *p = af_xcalloc(1, sizeof *p);
-    p->n = n;
     p->names = af_xcalloc(n ? n : 1, sizeof *p->names);
     p->texts = af_xcalloc(n ? n : 1, sizeof *p->texts);
-    for (size_t i = 0; i < n; i++) {
-        p->names[i] = af_prompt_files[i].name;
+    int builtin = dir && dir[0] && is_builtin_set(dir);
+    for (size_t k = 0; k < n_all; k++) {
+        const char *name = af_prompt_files[k].name;
+        if (strchr(name, '/'))
+            continue; /* a template of a named set, used through its set only */
+        size_t i = p->n++;
+        p->names[i] = name;
         char *text = NULL;
-        if (dir && dir[0]) {
-            size_t plen = strlen(dir) + strlen(p->names[i]) + 8;
+        if (builtin) {
+            const char *t = builtin_text(dir, name);
+            text = t ? af_xstrdup(t) : NULL;
+        } else if (dir && dir[0]) {
+            size_t plen = strlen(dir) + strlen(name) + 8;
             char *path = af_xmalloc(plen);
-            snprintf(path, plen, "%s/%s.txt", dir, p->names[i]);
+            snprintf(path, plen, "%s/%s.txt", dir, name);
             int rc = af_file_read(path, PROMPT_MAX_BYTES, &text, NULL, err, errlen);
             free(path);
             if (rc != AF_OK && rc != AF_ENOTFOUND) {
@@ -45,7 +76,7 @@ int af_prompts_load(const char *dir, struct af_prompts **out, char *err, size_t 
                 return rc;
             }
         }
-        p->texts[i] = text ? text : af_xstrdup(af_prompt_files[i].text);
+        p->texts[i] = text ? text : af_xstrdup(af_prompt_files[k].text);
     }
     *out = p;
     return AF_OK;

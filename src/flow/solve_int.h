@@ -19,6 +19,7 @@ struct solve_ctx {
     json_t *step_timings;   /* owned until finish */
     char *available_tools;  /* JSON list of names */
     char *toolbox_metadata; /* JSON object name -> card */
+    char *tools_brief;      /* one line per tool (flow/brief.h) */
     double t0;
     int step;                /* current step, 0 during query analysis */
     const char *tool_module; /* "tool:NAME" while a tool runs, for its LLM calls */

@@ -121,7 +121,11 @@ int solve_chat(struct solve_ctx *c, enum af_slot slot, const char *module, const
                              {"assistant", prev},
                              {"user", retry}};
     struct af_llm_request req = {
-        .msgs = msgs, .n_msgs = prev && retry ? 4 : 2, .sampling = s->sampling, .model = s->model};
+        .msgs = msgs,
+        .n_msgs = prev && retry ? 4 : 2,
+        .sampling = s->sampling,
+        .model = s->model,
+        .module = module};
     struct af_llm_reply rep;
     af_llm_reply_init(&rep);
     int rc = af_llm_chat(s->llm, &req, &rep);

@@ -22,6 +22,7 @@
 #include "flow/memory.h"
 #include "flow/parse.h"
 #include "flow/pycall.h"
+#include "flow/brief.h"
 #include "flow/prompts.h"
 #include "flow/solve_int.h"
 
@@ -85,6 +86,7 @@ static void init_ctx(struct solve_ctx *c, const struct af_flow_params *p, const 
     }
     c->available_tools = json_dumps(names, JSON_COMPACT);
     c->toolbox_metadata = json_dumps(cards, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+    c->tools_brief = brief_tools(p->tools);
     json_decref(names);
     json_decref(cards);
 }
@@ -100,27 +102,33 @@ static void finish_ctx(struct solve_ctx *c)
     json_object_set_new(out->timings, "steps", c->step_timings);
     free(c->available_tools);
     free(c->toolbox_metadata);
+    free(c->tools_brief);
 }
 
 /* Every module's template may use the solve's shared parts; the compiled-in templates begin
  * with them in this order, identical byte for byte, so that the engine's prefix cache serves
- * each call's longest part from the calls before it (docs/ARCHITECTURE.md). mem may be NULL
- * (no memory yet). Fills v[0..5) and returns 5. */
-static size_t shared_vars(const struct solve_ctx *c, const char *mem, struct prompt_var *v)
+ * each call's longest part from the calls before it (docs/ARCHITECTURE.md). mem and mem_brief
+ * may be NULL (no memory yet). The brief forms serve the compact templates (flow/brief.h).
+ * Fills v[0..SHARED_VARS) and returns SHARED_VARS. */
+#define SHARED_VARS 7
+static size_t shared_vars(const struct solve_ctx *c, const char *mem, const char *mem_brief,
+                          struct prompt_var *v)
 {
     v[0] = (struct prompt_var){"query", c->query};
     v[1] = (struct prompt_var){"available_tools", c->available_tools};
     v[2] = (struct prompt_var){"toolbox_metadata", c->toolbox_metadata};
     v[3] = (struct prompt_var){"query_analysis", c->out->query_analysis};
     v[4] = (struct prompt_var){"memory", mem};
-    return 5;
+    v[5] = (struct prompt_var){"tools_brief", c->tools_brief};
+    v[6] = (struct prompt_var){"memory_brief", mem_brief ? mem_brief : "none yet"};
+    return SHARED_VARS;
 }
 
 /* Query analysis: the reference's "Step 0". */
 static int analyze_query(struct solve_ctx *c)
 {
-    struct prompt_var v[5];
-    const size_t n = shared_vars(c, NULL, v);
+    struct prompt_var v[SHARED_VARS];
+    const size_t n = shared_vars(c, NULL, NULL, v);
     char *prompt = prompt_render(c->p->prompts, "query_analysis", v, n);
     double t0 = af_clock_ms();
     char *text = NULL;
@@ -136,18 +144,19 @@ static int analyze_query(struct solve_ctx *c)
 /* Planner call with one correction round per allowed retry. */
 static int plan_step(struct solve_ctx *c, struct next_step *ns, char *why, size_t whylen)
 {
-    char *mem = memory_render(&c->mem);
+    char *mem = memory_render(&c->mem), *memb = brief_memory(c->mem.actions);
     char step[16], maxs[16], left[16];
     snprintf(step, sizeof step, "%d", c->step);
     snprintf(maxs, sizeof maxs, "%d", c->p->max_steps);
     snprintf(left, sizeof left, "%d", c->p->max_steps - c->step + 1);
-    struct prompt_var v[8];
-    size_t n = shared_vars(c, mem, v);
+    struct prompt_var v[SHARED_VARS + 3];
+    size_t n = shared_vars(c, mem, memb, v);
     v[n++] = (struct prompt_var){"step", step};
     v[n++] = (struct prompt_var){"max_steps", maxs};
     v[n++] = (struct prompt_var){"remaining_steps", left};
     char *prompt = prompt_render(c->p->prompts, "next_step", v, n);
     free(mem);
+    free(memb);
     char *text = NULL, *prev = NULL, *retry = NULL;
     int rc = AF_EPARSE;
     for (int attempt = 0; attempt <= c->p->max_parse_retries; attempt++) {
@@ -179,16 +188,20 @@ static int write_command(struct solve_ctx *c, const struct next_step *ns, struct
     json_t *cj = af_tool_card_json(card);
     char *card_text = json_dumps(cj, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
     json_decref(cj);
-    char *mem = memory_render(&c->mem);
-    struct prompt_var v[9];
-    size_t n = shared_vars(c, mem, v);
+    char *mem = memory_render(&c->mem), *memb = brief_memory(c->mem.actions);
+    char *card_brief = brief_card(card);
+    struct prompt_var v[SHARED_VARS + 5];
+    size_t n = shared_vars(c, mem, memb, v);
+    v[n++] = (struct prompt_var){"tool_brief", card_brief};
     v[n++] = (struct prompt_var){"sub_goal", ns->sub_goal};
     v[n++] = (struct prompt_var){"tool_name", card->name};
     v[n++] = (struct prompt_var){"tool_card", card_text};
     v[n++] = (struct prompt_var){"context", ns->context};
     char *prompt = prompt_render(c->p->prompts, "tool_command", v, n);
     free(card_text);
+    free(card_brief);
     free(mem);
+    free(memb);
     char *text = NULL, *prev = NULL, *retry = NULL;
     int rc = AF_EPARSE;
     *command = NULL;
@@ -217,11 +230,12 @@ static int write_command(struct solve_ctx *c, const struct next_step *ns, struct
 
 static int verify(struct solve_ctx *c, int *stop)
 {
-    char *mem = memory_render(&c->mem);
-    struct prompt_var v[5];
-    const size_t n = shared_vars(c, mem, v);
+    char *mem = memory_render(&c->mem), *memb = brief_memory(c->mem.actions);
+    struct prompt_var v[SHARED_VARS];
+    const size_t n = shared_vars(c, mem, memb, v);
     char *prompt = prompt_render(c->p->prompts, "verifier", v, n);
     free(mem);
+    free(memb);
     char *text = NULL;
     int rc = solve_chat(c, AF_SLOT_FIXED, "verifier", prompt, NULL, NULL, &text);
     free(prompt);
@@ -236,9 +250,9 @@ static int verify(struct solve_ctx *c, int *stop)
 static int generate(struct solve_ctx *c)
 {
     double t0 = af_clock_ms();
-    char *mem = memory_render(&c->mem);
-    struct prompt_var v[5];
-    const size_t nv = shared_vars(c, mem, v);
+    char *mem = memory_render(&c->mem), *memb = brief_memory(c->mem.actions);
+    struct prompt_var v[SHARED_VARS];
+    const size_t nv = shared_vars(c, mem, memb, v);
     int rc = AF_OK;
     if (c->p->detailed_answer) {
         char *prompt = prompt_render(c->p->prompts, "final_output", v, nv);
@@ -253,6 +267,7 @@ static int generate(struct solve_ctx *c)
         free(prompt);
     }
     free(mem);
+    free(memb);
     json_object_set_new(c->out->timings, "generator_ms", json_real(af_clock_ms() - t0));
     if (rc == AF_OK)
         c->out->answer = parse_final_answer(c->out->direct_output);

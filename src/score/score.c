@@ -17,10 +17,21 @@ static const struct {
     score_fn fn;
     int qa;
 } benches[] = {
-    {"2wiki", score_qa, 1},     {"aime24", score_math, 0}, {"amc23", score_math, 0},
-    {"bamboogle", score_qa, 1}, {"gaia", score_gaia, 0},   {"gameof24", score_game24, 0},
-    {"gpqa", score_mcq, 0},     {"hotpotqa", score_qa, 1}, {"medqa", score_mcq, 0},
+    {"2wiki", score_qa, 1},
+    {"aime24", score_math, 0},
+    {"amc23", score_math, 0},
+    {"bamboogle", score_qa, 1},
+    {"gaia", score_gaia, 0},
+    {"gameof24", score_game24, 0},
+    {"gpqa", score_mcq, 0},
+    {"hotpotqa", score_qa, 1},
+    {"medqa", score_mcq, 0},
     {"musique", score_qa, 1},
+    /* The practice world (src/world): the same checkers on generated questions. */
+    {"world-24", score_game24, 0},
+    {"world-calc", score_math, 0},
+    {"world-lookup", score_qa, 1},
+    {"world-multihop", score_qa, 1},
 };
 
 #define N_BENCHES (sizeof benches / sizeof benches[0])
@@ -40,6 +51,11 @@ static int find_bench(const char *bench)
         if (strcmp(benches[i].name, bench) == 0)
             return (int)i;
     return -1;
+}
+
+int af_score_known(const char *bench)
+{
+    return find_bench(bench) >= 0;
 }
 
 int af_score_reports_f1(const char *bench)

@@ -96,10 +96,7 @@ static void note(const struct run *r, const char *fmt, ...)
 
 static int bench_known(const char *b)
 {
-    for (const char *const *p = af_score_benchmarks(); *p; p++)
-        if (!strcmp(*p, b))
-            return 1;
-    return 0;
+    return af_score_known(b);
 }
 
 /* Every item needs a question, and (without a reward function) a bench with a scorer. */

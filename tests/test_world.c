@@ -1,0 +1,622 @@
+/*
+ * test_world.c - the practice world (agentflow/world.h): the same seed writes the same bytes,
+ * a golden slice of the encyclopedia, every family's gold answers scoring 100% with its
+ * scorer, disjoint splits, every fact a solution relies on found by a search of its entity,
+ * and the `world build` command's errors.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "agentflow/score.h"
+#include "agentflow/world.h"
+#include "core/fileio.h"
+#include "support/proc.h"
+#include "tools/wiki_index.h"
+
+static const char *const splits[] = {"train", "val", "test"};
+
+struct tmpdir {
+    char path[64];
+};
+
+static void tmp_make(struct tmpdir *t)
+{
+    snprintf(t->path, sizeof t->path, "/tmp/af_test_world_XXXXXX");
+    assert_non_null(mkdtemp(t->path));
+}
+
+static void tmp_remove(struct tmpdir *t)
+{
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", t->path);
+    assert_int_equal(system(cmd), 0);
+}
+
+static char *slurp(const char *dir, const char *name)
+{
+    char path[512], err[256];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    char *data = NULL;
+    int rc = af_file_read(path, 64u << 20, &data, NULL, err, sizeof err);
+    if (rc != AF_OK)
+        fail_msg("%s", err);
+    return data;
+}
+
+/* Every line of dir/name parsed as JSON objects into one array (new reference). */
+static json_t *load_lines(const char *dir, const char *name)
+{
+    char *data = slurp(dir, name);
+    json_t *arr = json_array();
+    for (char *line = strtok(data, "\n"); line; line = strtok(NULL, "\n")) {
+        json_error_t je;
+        json_t *j = json_loads(line, 0, &je);
+        if (!json_is_object(j))
+            fail_msg("%s/%s: not a JSON object line: %.80s", dir, name, line);
+        json_array_append_new(arr, j);
+    }
+    free(data);
+    return arr;
+}
+
+static void build(const char *dir, uint64_t seed, size_t cap)
+{
+    struct af_world_params p = af_world_default_params();
+    p.seed = seed;
+    if (cap) {
+        p.max_train = cap;
+        p.max_val = p.max_test = cap / 2;
+    }
+    char err[512];
+    if (af_world_build(dir, &p, NULL, err, sizeof err) != AF_OK)
+        fail_msg("world build: %s", err);
+}
+
+static const char *const files[] = {"entities.jsonl",
+                                    "passages.jsonl",
+                                    "world.json",
+                                    "benchmarks/world-lookup/train.jsonl",
+                                    "benchmarks/world-multihop/val.jsonl",
+                                    "benchmarks/world-calc/test.jsonl",
+                                    "benchmarks/world-24/data.json",
+                                    NULL};
+
+static void test_same_seed_same_bytes(void **state)
+{
+    (void)state;
+    struct tmpdir a = {""}, b = {""}, c = {""};
+    tmp_make(&a);
+    tmp_make(&b);
+    tmp_make(&c);
+    build(a.path, 7, 100);
+    build(b.path, 7, 100);
+    build(c.path, 8, 100);
+    for (const char *const *f = files; *f; f++) {
+        char *x = slurp(a.path, *f), *y = slurp(b.path, *f), *z = slurp(c.path, *f);
+        assert_string_equal(x, y);
+        assert_true(strcmp(x, z) != 0); /* the seed matters */
+        free(x);
+        free(y);
+        free(z);
+    }
+    tmp_remove(&a);
+    tmp_remove(&b);
+    tmp_remove(&c);
+}
+
+/* The first records of the seed-1 world, as written. A change here changes every world, the
+ * shipped model's training data included: update the golden file only on purpose. */
+static void test_golden_slice(void **state)
+{
+    (void)state;
+    const char *root = getenv("AGENTFLOW_SRC");
+    char gpath[512];
+    snprintf(gpath, sizeof gpath, "%s/tests/data/world_golden.jsonl", root && *root ? root : ".");
+    struct tmpdir t = {""};
+    tmp_make(&t);
+    build(t.path, 1, 20);
+    char *ents = slurp(t.path, "entities.jsonl"), *pass = slurp(t.path, "passages.jsonl");
+    char *q = slurp(t.path, "benchmarks/world-multihop/test.jsonl");
+    /* Lines 1-2 of entities (countries), entity 40 (the first city), 460 (the first person),
+     * 1460 (the first organisation), 1760 (the first work); passages 1-6; one question. */
+    static const int ent_lines[] = {0, 1, 40, 460, 1460, 1760};
+    char *got = NULL;
+    size_t got_len = 0;
+    FILE *mem = open_memstream(&got, &got_len);
+    int line = 0, want = 0;
+    for (char *p = ents; *p && want < 6; line++) {
+        char *nl = strchr(p, '\n');
+        if (line == ent_lines[want]) {
+            fwrite(p, 1, (size_t)(nl - p) + 1, mem);
+            want++;
+        }
+        p = nl + 1;
+    }
+    char *p = pass;
+    for (int i = 0; i < 6; i++) {
+        char *nl = strchr(p, '\n');
+        fwrite(p, 1, (size_t)(nl - p) + 1, mem);
+        p = nl + 1;
+    }
+    fwrite(q, 1, (size_t)(strchr(q, '\n') - q) + 1, mem);
+    fclose(mem);
+    char *want_text = NULL, err[256];
+    if (getenv("AGENTFLOW_WRITE_GOLDEN")) {
+        assert_int_equal(af_file_write_atomic(gpath, got, got_len, err, sizeof err), AF_OK);
+    }
+    if (af_file_read(gpath, 1u << 20, &want_text, NULL, err, sizeof err) != AF_OK)
+        fail_msg("%s", err);
+    assert_string_equal(got, want_text);
+    free(want_text);
+    free(got);
+    free(ents);
+    free(pass);
+    free(q);
+    tmp_remove(&t);
+}
+
+static char *gold_text(const json_t *item)
+{
+    const json_t *a = json_object_get(item, "answer");
+    if (json_is_array(a))
+        a = json_array_get(a, 0);
+    if (json_is_string(a))
+        return strdup(json_string_value(a));
+    char buf[64];
+    snprintf(buf, sizeof buf, "%lld", (long long)json_integer_value(a));
+    return strdup(buf);
+}
+
+static void test_gold_answers_score(void **state)
+{
+    (void)state;
+    struct tmpdir t = {""};
+    tmp_make(&t);
+    build(t.path, 1, 0);
+    size_t n_items = 0;
+    for (const char *const *b = af_world_benchmarks(); *b; b++) {
+        assert_true(af_score_known(*b));
+        for (int s = 0; s < 3; s++) {
+            char name[128];
+            snprintf(name, sizeof name, "benchmarks/%s/%s.jsonl", *b, splits[s]);
+            json_t *items = load_lines(t.path, name);
+            assert_true(json_array_size(items) >= 100);
+            size_t i;
+            json_t *it;
+            json_array_foreach(items, i, it)
+            {
+                char *ans = gold_text(it), err[256];
+                struct af_score sc;
+                if (af_score_item(*b, it, ans, &sc, err, sizeof err) != AF_OK)
+                    fail_msg("%s %s item %zu: %s", *b, splits[s], i, err);
+                if (!sc.correct)
+                    fail_msg("%s %s item %zu: its own gold '%s' scored wrong", *b, splits[s], i,
+                             ans);
+                /* A wrong answer must score wrong, or the check above proves nothing. */
+                af_score_deinit(&sc);
+                if (af_score_item(*b, it, "Nobody 17", &sc, err, sizeof err) != AF_OK)
+                    fail_msg("%s: %s", *b, err);
+                assert_int_equal(sc.correct, 0);
+                af_score_deinit(&sc);
+                free(ans);
+                n_items++;
+            }
+            json_decref(items);
+        }
+    }
+    assert_true(n_items > 10000);
+    tmp_remove(&t);
+}
+
+/* The entity a question starts from: its first search, or for Game of 24 the numbers. */
+static char *start_of(const json_t *item)
+{
+    const json_t *st = json_array_get(json_object_get(item, "solution"), 0);
+    const char *q = json_string_value(json_object_get(st, "query"));
+    if (q)
+        return strdup(q);
+    const json_t *nums = json_object_get(item, "question");
+    if (!json_is_array(nums))
+        return NULL; /* a word problem: drawn at random, no entity */
+    int v[4], n = 0;
+    size_t i;
+    json_t *x;
+    json_array_foreach(nums, i, x) v[n++] = (int)json_integer_value(x);
+    for (int a = 0; a < 4; a++) /* sort: a multiset */
+        for (int c = a + 1; c < 4; c++)
+            if (v[c] < v[a]) {
+                int tt = v[a];
+                v[a] = v[c];
+                v[c] = tt;
+            }
+    char buf[64];
+    snprintf(buf, sizeof buf, "24:%d,%d,%d,%d", v[0], v[1], v[2], v[3]);
+    return strdup(buf);
+}
+
+static int in_list(char **v, size_t n, const char *s)
+{
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(v[i], s) == 0)
+            return 1;
+    return 0;
+}
+
+static void test_splits_disjoint(void **state)
+{
+    (void)state;
+    struct tmpdir t = {""};
+    tmp_make(&t);
+    build(t.path, 1, 0);
+    for (const char *const *b = af_world_benchmarks(); *b; b++) {
+        char **train = NULL;
+        size_t n_train = 0, n_checked = 0;
+        char name[128];
+        snprintf(name, sizeof name, "benchmarks/%s/train.jsonl", *b);
+        json_t *items = load_lines(t.path, name);
+        size_t i;
+        json_t *it;
+        json_array_foreach(items, i, it)
+        {
+            char *s = start_of(it);
+            if (!s)
+                continue;
+            char **grown = realloc(train, (n_train + 1) * sizeof *train);
+            assert_non_null(grown);
+            train = grown;
+            train[n_train++] = s;
+        }
+        json_decref(items);
+        for (int sp = 1; sp < 3; sp++) {
+            snprintf(name, sizeof name, "benchmarks/%s/%s.jsonl", *b, splits[sp]);
+            items = load_lines(t.path, name);
+            json_array_foreach(items, i, it)
+            {
+                char *s = start_of(it);
+                if (!s)
+                    continue;
+                if (in_list(train, n_train, s))
+                    fail_msg("%s %s item %zu starts from '%s', as a training item does", *b,
+                             splits[sp], i, s);
+                n_checked++;
+                free(s);
+            }
+            json_decref(items);
+        }
+        assert_true(n_checked > 100);
+        for (size_t k = 0; k < n_train; k++)
+            free(train[k]);
+        free(train);
+    }
+    tmp_remove(&t);
+}
+
+/* Each fact a solution needs is in the top 3 passages of a search for its entity, so an
+ * expert's search finds it and a model can copy it from the tool's result. */
+static void test_facts_found_by_search(void **state)
+{
+    (void)state;
+    struct tmpdir t = {""};
+    tmp_make(&t);
+    build(t.path, 1, 0);
+    char in[256], db[256], err[512];
+    snprintf(in, sizeof in, "%s/passages.jsonl", t.path);
+    snprintf(db, sizeof db, "%s/wiki.db", t.path);
+    struct wiki_build_params bp = wiki_build_default_params();
+    bp.shards = 1;
+    struct wiki_build_stats bs;
+    if (wiki_index_build(in, db, &bp, &bs, err, sizeof err) != AF_OK)
+        fail_msg("%s", err);
+    struct wiki_index *ix = NULL;
+    if (wiki_index_open(db, 0, &ix, err, sizeof err) != AF_OK)
+        fail_msg("%s", err);
+    size_t n_steps = 0;
+    for (const char *const *b = af_world_benchmarks(); *b; b++) {
+        char name[128];
+        snprintf(name, sizeof name, "benchmarks/%s/test.jsonl", *b);
+        json_t *items = load_lines(t.path, name);
+        size_t i, k;
+        json_t *it, *st;
+        json_array_foreach(items, i, it)
+        {
+            json_array_foreach(json_object_get(it, "solution"), k, st)
+            {
+                const char *q = json_string_value(json_object_get(st, "query"));
+                if (!q)
+                    continue;
+                const json_t *v = json_object_get(st, "value");
+                char want[256];
+                if (json_is_string(v))
+                    snprintf(want, sizeof want, "%s", json_string_value(v));
+                else
+                    snprintf(want, sizeof want, "%lld", (long long)json_integer_value(v));
+                json_t *hits = NULL;
+                if (wiki_index_query(ix, q, 3, &hits, err, sizeof err) != AF_OK)
+                    fail_msg("query '%s': %s", q, err);
+                int found = 0;
+                size_t h;
+                json_t *hit;
+                json_array_foreach(hits, h, hit)
+                {
+                    const char *text = json_string_value(json_object_get(hit, "text"));
+                    found |= text && strstr(text, want) != NULL;
+                }
+                if (!found)
+                    fail_msg("%s %s: '%s' is not in the top 3 passages for '%s'", *b,
+                             json_string_value(json_object_get(it, "pid")), want, q);
+                json_decref(hits);
+                n_steps++;
+            }
+        }
+        json_decref(items);
+    }
+    assert_true(n_steps > 500);
+    wiki_index_close(ix);
+    tmp_remove(&t);
+}
+
+static void test_cli_errors(void **state)
+{
+    (void)state;
+    struct tmpdir t = {""};
+    tmp_make(&t);
+    char out[128];
+    snprintf(out, sizeof out, "%s/w", t.path);
+    const char *no_out[] = {proc_agentflow_bin(), "world", "build", NULL};
+    const char *bad_seed[] = {
+        proc_agentflow_bin(), "world", "build", "--out", out, "--seed", "x1", NULL};
+    const char *unwritable[] = {proc_agentflow_bin(), "world", "build", "--out",
+                                "/proc/af_no_such/w", NULL};
+    const char *ok[] = {
+        proc_agentflow_bin(), "world", "build",      "--out", out, "--max-train", "30",
+        "--max-val",          "5",     "--max-test", "5",     NULL};
+    struct proc_result r;
+    assert_int_equal(proc_run(no_out, NULL, 60, &r), 0);
+    assert_int_equal(r.exit_code, 2);
+    assert_non_null(strstr(r.err, "--out"));
+    proc_result_deinit(&r);
+    assert_int_equal(proc_run(bad_seed, NULL, 60, &r), 0);
+    assert_int_equal(r.exit_code, 2);
+    assert_non_null(strstr(r.err, "x1"));
+    proc_result_deinit(&r);
+    assert_int_equal(proc_run(unwritable, NULL, 60, &r), 0);
+    assert_int_equal(r.exit_code, 4);
+    assert_non_null(strstr(r.err, "/proc/af_no_such/w"));
+    proc_result_deinit(&r);
+    assert_int_equal(proc_run(ok, NULL, 120, &r), 0);
+    assert_int_equal(r.exit_code, 0);
+    assert_non_null(strstr(r.err, "indexed"));
+    proc_result_deinit(&r);
+    char db[256];
+    snprintf(db, sizeof db, "%s/wiki.db", out);
+    assert_int_equal(access(db, R_OK), 0);
+    tmp_remove(&t);
+}
+
+static size_t count_in_file(const char *path, const char *needle)
+{
+    char *data = NULL, err[256];
+    if (af_file_read(path, 256u << 20, &data, NULL, err, sizeof err) != AF_OK)
+        fail_msg("%s", err);
+    size_t n = 0;
+    for (const char *p = data; (p = strstr(p, needle)); p++)
+        n++;
+    free(data);
+    return n;
+}
+
+/* 50 questions of each family through the real flow and tools, the expert in every slot:
+ * every clean trace reaches its gold answer, and every module's examples are written. */
+static void test_expert_traces(void **state)
+{
+    (void)state;
+    struct tmpdir t = {""};
+    tmp_make(&t);
+    char w[128], out[160], noisy[160], path[256];
+    snprintf(w, sizeof w, "%s/w", t.path);
+    snprintf(out, sizeof out, "%s/traces.jsonl", t.path);
+    snprintf(noisy, sizeof noisy, "%s/noisy.jsonl", t.path);
+    const char *mk[] = {proc_agentflow_bin(), "world", "build", "--out", w, NULL};
+    const char *clean[] = {
+        proc_agentflow_bin(), "world", "traces", "--world", w, "--out", out, "--limit", "50", NULL};
+    const char *bad[] = {proc_agentflow_bin(),
+                         "world",
+                         "traces",
+                         "--world",
+                         w,
+                         "--out",
+                         noisy,
+                         "--limit",
+                         "50",
+                         "--noise",
+                         "1",
+                         "--bench",
+                         "world-multihop",
+                         NULL};
+    struct proc_result r;
+    assert_int_equal(proc_run(mk, NULL, 120, &r), 0);
+    assert_int_equal(r.exit_code, 0);
+    proc_result_deinit(&r);
+    assert_int_equal(proc_run(clean, NULL, 600, &r), 0);
+    if (r.exit_code != 0)
+        fail_msg("world traces: exit %d: %s", r.exit_code, r.err);
+    assert_non_null(strstr(r.err, "200 traces (train split), 200 reached the gold answer"));
+    proc_result_deinit(&r);
+    static const char *const mods[] = {"query_analysis", "planner", "executor", "verifier",
+                                       "direct_output"};
+    for (size_t m = 0; m < 5; m++) {
+        snprintf(path, sizeof path, "%s/traces.%s.jsonl", t.path, mods[m]);
+        size_t n = proc_count_lines(path);
+        /* One analysis and one answer per trace; at least one step each otherwise. */
+        if (m == 0 || m == 4)
+            assert_int_equal(n, 200);
+        else
+            assert_true(n >= 200);
+    }
+    snprintf(path, sizeof path, "%s/traces.planner.jsonl", t.path);
+    assert_int_equal(count_in_file(path, "\"role\":\"assistant\",\"content\":\"Justification: "),
+                     proc_count_lines(path));
+    snprintf(path, sizeof path, "%s/traces.executor.jsonl", t.path);
+    assert_int_equal(count_in_file(path, "\"role\":\"assistant\",\"content\":\"Analysis: "),
+                     proc_count_lines(path));
+
+    /* Every trace imperfect: some miss the answer (early STOPs), some use the wrong tool. */
+    assert_int_equal(proc_run(bad, NULL, 600, &r), 0);
+    assert_int_equal(r.exit_code, 0);
+    assert_non_null(strstr(r.err, "50 traces (train split)"));
+    assert_null(strstr(r.err, "50 reached the gold answer"));
+    proc_result_deinit(&r);
+    snprintf(path, sizeof path, "%s/noisy.planner.jsonl", t.path);
+    assert_true(count_in_file(path, "Tool Name: Generalist_Solution_Generator_Tool") > 0);
+    tmp_remove(&t);
+}
+
+/* The compact prompt set: the same solves reach their answers, with short prompts (no JSON
+ * cards) that start with the parts every module shares. */
+static void test_compact_prompts(void **state)
+{
+    (void)state;
+    struct tmpdir t = {""};
+    tmp_make(&t);
+    char w[128], out[160], path[256];
+    snprintf(w, sizeof w, "%s/w", t.path);
+    snprintf(out, sizeof out, "%s/c.jsonl", t.path);
+    const char *mk[] = {proc_agentflow_bin(), "world", "build", "--out", w,
+                        "--max-train",        "40",    NULL};
+    const char *run[] = {
+        proc_agentflow_bin(), "world",   "traces", "--world", w, "--out", out, "--limit", "10",
+        "--prompts",          "compact", NULL};
+    struct proc_result r;
+    assert_int_equal(proc_run(mk, NULL, 120, &r), 0);
+    assert_int_equal(r.exit_code, 0);
+    proc_result_deinit(&r);
+    assert_int_equal(proc_run(run, NULL, 600, &r), 0);
+    if (r.exit_code != 0)
+        fail_msg("world traces --prompts compact: exit %d: %s", r.exit_code, r.err);
+    assert_non_null(strstr(r.err, "40 traces (train split), 40 reached the gold answer"));
+    proc_result_deinit(&r);
+    snprintf(path, sizeof path, "%s/c.planner.jsonl", t.path);
+    json_t *lines = load_lines(t.path, "c.planner.jsonl");
+    size_t i;
+    json_t *ex;
+    json_array_foreach(lines, i, ex)
+    {
+        const char *user = json_string_value(
+            json_object_get(json_array_get(json_object_get(ex, "messages"), 1), "content"));
+        assert_non_null(user);
+        assert_int_equal(strncmp(user, "Query: ", 7), 0);
+        assert_non_null(strstr(user, "\nTools:\n- "));
+        assert_null(strstr(user, "tool_description")); /* no JSON cards */
+        const char *steps = strstr(user, "Steps so far:\n");
+        assert_non_null(steps);
+        /* Everything but the memory stays short. */
+        const char *tail = strstr(steps, "\n\nPick the next step");
+        assert_non_null(tail);
+        size_t fixed = (size_t)(steps - user) + strlen(tail);
+        if (fixed > 1800)
+            fail_msg("compact planner prompt has %zu characters besides its memory", fixed);
+    }
+    assert_true(json_array_size(lines) >= 40);
+    json_decref(lines);
+    tmp_remove(&t);
+}
+
+/* expert: URLs: a missing world is a bad input file (4), a bad setting a usage error (2). */
+static void test_expert_url_errors(void **state)
+{
+    (void)state;
+    const char *missing[] = {proc_agentflow_bin(), "run", "--url", "expert:/nonexistent/w",
+                             "What is 2 + 2?",     NULL};
+    const char *bad_noise[] = {proc_agentflow_bin(), "run", "--url", "expert:/tmp?noise=7",
+                               "What is 2 + 2?",     NULL};
+    struct proc_result r;
+    assert_int_equal(proc_run(missing, NULL, 60, &r), 0);
+    assert_int_equal(r.exit_code, 4);
+    assert_non_null(strstr(r.err, "/nonexistent/w"));
+    proc_result_deinit(&r);
+    assert_int_equal(proc_run(bad_noise, NULL, 60, &r), 0);
+    assert_int_equal(r.exit_code, 2);
+    assert_non_null(strstr(r.err, "noise"));
+    proc_result_deinit(&r);
+}
+
+/* No --url: the embedded model answers in every slot, with the world's index built on first
+ * use. A random-weight stand-in is enough to check the wiring (its answer is noise). */
+static void test_run_without_url(void **state)
+{
+    (void)state;
+    struct tmpdir t = {""};
+    tmp_make(&t);
+    char model[128], world[128], db[160], env_model[200], env_world[200];
+    snprintf(model, sizeof model, "%s/m.gguf", t.path);
+    snprintf(world, sizeof world, "%s/world", t.path);
+    snprintf(db, sizeof db, "%s/wiki.db", world);
+    snprintf(env_model, sizeof env_model, "AGENTFLOW_EMBEDDED_MODEL=%s", model);
+    snprintf(env_world, sizeof env_world, "AGENTFLOW_WORLD_DIR=%s", world);
+    const char *mk[] = {proc_agentflow_bin(),
+                        "model",
+                        "make-random",
+                        "--arch",
+                        "qwen2",
+                        "--shape",
+                        "tiny",
+                        "--type",
+                        "F32",
+                        "--seed",
+                        "3",
+                        model,
+                        NULL};
+    /* Short replies: a random model would otherwise write 2,048 tokens per module. */
+    char cfg[160], err[256];
+    snprintf(cfg, sizeof cfg, "%s/cfg.json", t.path);
+    assert_int_equal(af_file_write_atomic(cfg, "{\"max_tokens\": 48}", 19, err, sizeof err), AF_OK);
+    const char *run[] = {
+        proc_agentflow_bin(),        "run", "--config", cfg, "--max-steps", "1", "--json",
+        "When was Droa Wysen born?", NULL};
+    const char *env[] = {env_model, env_world, NULL};
+    struct proc_result r;
+    assert_int_equal(proc_run(mk, NULL, 120, &r), 0);
+    assert_int_equal(r.exit_code, 0);
+    proc_result_deinit(&r);
+    assert_int_equal(proc_run(run, env, 600, &r), 0);
+    if (r.exit_code != 0)
+        fail_msg("run without --url: exit %d: %s", r.exit_code, r.err);
+    assert_non_null(strstr(r.err, "first use"));
+    assert_non_null(strstr(r.err, "the embedded model"));
+    assert_non_null(strstr(r.out, "\"answer\""));
+    assert_int_equal(access(db, R_OK), 0);
+    proc_result_deinit(&r);
+    /* Second use: the index is there, so nothing is built. */
+    assert_int_equal(proc_run(run, env, 600, &r), 0);
+    assert_int_equal(r.exit_code, 0);
+    assert_null(strstr(r.err, "first use"));
+    proc_result_deinit(&r);
+    /* A missing embedded model leaves the old rule: no URL is a usage error that says how. */
+    const char *gone[] = {"AGENTFLOW_EMBEDDED_MODEL=/nonexistent/m.gguf", NULL};
+    assert_int_equal(proc_run(run, gone, 60, &r), 0);
+    assert_int_equal(r.exit_code, 2);
+    assert_non_null(strstr(r.err, "make model"));
+    proc_result_deinit(&r);
+    tmp_remove(&t);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_same_seed_same_bytes),  cmocka_unit_test(test_golden_slice),
+        cmocka_unit_test(test_gold_answers_score),    cmocka_unit_test(test_splits_disjoint),
+        cmocka_unit_test(test_facts_found_by_search), cmocka_unit_test(test_cli_errors),
+        cmocka_unit_test(test_expert_traces),         cmocka_unit_test(test_run_without_url),
+        cmocka_unit_test(test_expert_url_errors),     cmocka_unit_test(test_compact_prompts),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
