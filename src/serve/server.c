@@ -373,8 +373,10 @@ static int start_daemon(struct af_serve *s, char *err, size_t errlen)
         snprintf(err, errlen, "--host '%s' is not an IPv4 or IPv6 address", s->host);
         return AF_EINVAL;
     }
+    /* poll(), not select(): the process holds many descriptors (back-end connections, the
+     * database), and select() cannot watch one numbered past FD_SETSIZE. */
     unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ITC |
-                     (v6 ? MHD_USE_IPv6 : 0);
+                     MHD_USE_POLL | (v6 ? MHD_USE_IPv6 : 0);
     if (getenv("AGENTFLOW_SERVE_LOG"))
         flags |= MHD_USE_ERROR_LOG;
     s->d = MHD_start_daemon(flags, 0, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR,
