@@ -1,6 +1,7 @@
 // serve_page.mjs - drives headless Chromium over the DevTools protocol (no npm package: the
 // WebSocket of Node itself) against the page of `agentflow serve`, for tests/test_serve_e2e.c.
-// Usage: node --experimental-websocket serve_page.mjs CHROMIUM BASE_URL OUT.png QUESTION [TRACE]
+// Usage: node [--experimental-websocket] serve_page.mjs CHROMIUM BASE_URL OUT.png QUESTION [TRACE]
+// (the flag on Node 20, whose global WebSocket is behind it)
 // Opens the page, asks QUESTION, waits until the answer shows, saves a screenshot, and prints
 // one JSON line: the answer, the tool of each step card, the text of each result, the number of
 // <script> elements, and whether a dialog (an injected alert) ever opened. With TRACE (a
@@ -12,6 +13,11 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 
 const [chromium, base, png, question, traceFile] = process.argv.slice(2);
+if (typeof WebSocket !== "function") {
+  console.error("serve_page: this Node has no global WebSocket (Node 20 needs --experimental-websocket)");
+  process.exit(1);
+}
+
 const TIMEOUT_MS = 120000;
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 const profile = mkdtempSync(join(tmpdir(), "af-chromium-"));
