@@ -434,6 +434,7 @@ static void test_bad_inputs(void **state)
                  "unknown_tool");
     expect_error(&f, "GET", "/v1/runs/run_nothing", NULL, NULL, 404, "run_not_found");
     expect_error(&f, "GET", "/v1/runs/run_nothing/events", NULL, NULL, 404, "run_not_found");
+    expect_error(&f, "GET", "/v1/runs/run_nothing/trace", NULL, NULL, 404, "run_not_found");
     expect_error(&f, "GET", "/v1/runs?limit=0", NULL, NULL, 400, "invalid_limit");
     /* a body not declared as JSON (what a form on another site can send) */
     const char *types[] = {"text/plain", "application/x-www-form-urlencoded", "",
@@ -703,6 +704,31 @@ static void test_runs_survive_restart(void **state)
         evs = sse_events(r.body, &n_done);
         assert_int_equal(json_array_size(evs), 5);
         json_decref(evs);
+        http_res_deinit(&r);
+        /* the trace, as `run --trace` writes it: 14 LLM calls, 3 tool calls, the final record */
+        snprintf(path, sizeof path, "/v1/runs/%s/trace", id);
+        req(&f, "GET", path, NULL, NULL, &r);
+        assert_int_equal(r.status, 200);
+        int n_llm = 0, n_tool = 0, n_final = 0;
+        for (char *line = r.body, *nl; line && *line; line = nl ? nl + 1 : NULL) {
+            nl = strchr(line, '\n');
+            assert_non_null(nl);
+            json_t *rec = json_loadb(line, (size_t)(nl - line), 0, NULL);
+            assert_non_null(rec);
+            assert_string_equal(af_json_get_str(rec, "query_id"), id);
+            const char *type = af_json_get_str(rec, "type");
+            n_llm += strcmp(type, "llm") == 0;
+            n_tool += strcmp(type, "tool") == 0;
+            if (strcmp(type, "final") == 0) {
+                n_final++;
+                assert_string_equal(af_json_get_str(rec, "answer"), "42");
+                assert_null(nl[1] ? "the final record is not last" : NULL);
+            }
+            json_decref(rec);
+        }
+        assert_int_equal(n_llm, 14);
+        assert_int_equal(n_tool, 3);
+        assert_int_equal(n_final, 1);
         http_res_deinit(&r);
         /* restart on the same file */
         af_serve_shutdown(f.srv, 0);

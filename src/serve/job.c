@@ -194,6 +194,8 @@ static void job_on_trace(void *user, const json_t *rec)
     struct af_trace *outer = j->srv->p.flow->trace;
     if (outer)
         (void)af_trace_write(outer, rec);
+    if (j->kind == JOB_RUN)
+        (void)store_trace(j->srv->store, j->id, j->n_trace++, rec);
     const char *type = af_json_get_str(rec, "type");
     if (type && strcmp(type, "llm") == 0) {
         const json_t *u = json_object_get(rec, "usage");

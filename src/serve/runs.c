@@ -1,7 +1,8 @@
 /*
  * runs.c - /v1/runs: flows started by one request and followed by others. POST starts one and
  * returns its id; GET /v1/runs lists the newest; GET /v1/runs/ID gives its state, events and
- * result; GET /v1/runs/ID/events streams its events (SSE) as they happen, from the first.
+ * result; GET /v1/runs/ID/events streams its events (SSE) as they happen, from the first;
+ * GET /v1/runs/ID/trace gives its trace records (JSONL).
  *
  * Everything is read from the store, which the flow thread writes as it goes, except a live
  * stream, which follows the job in memory. A run leaves the live table only after its last
@@ -93,6 +94,36 @@ static enum MHD_Result run_events(struct req *rq, const char *id)
     return serve_reply(rq, 200, r);
 }
 
+#define TRACE_MAX_BYTES ((size_t)256 << 20)
+
+/* The run's trace records as JSONL, as `run --trace` writes them (and the page's trace viewer
+ * reads them). */
+static enum MHD_Result run_trace(struct req *rq, const char *id)
+{
+    json_t *run = store_run_get(rq->s->store, id);
+    if (!run)
+        return serve_reply_error(rq, 404, "invalid_request_error", "run_not_found",
+                                 "no run '%.80s'", id);
+    json_decref(run);
+    struct af_buf out;
+    af_buf_init(&out, TRACE_MAX_BYTES);
+    if (store_trace_jsonl(rq->s->store, id, &out) != AF_OK) {
+        af_buf_deinit(&out);
+        return serve_reply_error(rq, 500, "server_error", "trace_unreadable",
+                                 "the trace of '%.80s' could not be read (or is over %zu bytes)",
+                                 id, TRACE_MAX_BYTES);
+    }
+    size_t n = out.len;
+    char *text = af_buf_detach(&out);
+    struct MHD_Response *r = MHD_create_response_from_buffer(n, text, MHD_RESPMEM_MUST_FREE);
+    if (!r) {
+        free(text);
+        return MHD_NO;
+    }
+    MHD_add_response_header(r, "Content-Type", "application/x-ndjson");
+    return serve_reply(rq, 200, r);
+}
+
 static enum MHD_Result run_list(struct req *rq)
 {
     const char *lim = MHD_lookup_connection_value(rq->c, MHD_GET_ARGUMENT_KIND, "limit");
@@ -121,6 +152,8 @@ enum MHD_Result serve_runs_get(struct req *rq, const char *rest)
     id[n] = '\0';
     if (strcmp(rest + n, "/events") == 0)
         return run_events(rq, id);
+    if (strcmp(rest + n, "/trace") == 0)
+        return run_trace(rq, id);
     if (rest[n])
         return serve_reply_error(rq, 404, "invalid_request_error", "not_found", "no route");
     json_t *run = store_run_get(rq->s->store, id);

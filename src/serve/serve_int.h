@@ -57,6 +57,7 @@ struct job {
     double solve_ms;
     int64_t step_prompt, step_completion; /* tokens of the step in progress */
     int step_calls;
+    size_t n_trace;   /* trace records stored (runs) */
     struct job *next; /* pool queue link */
 };
 

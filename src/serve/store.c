@@ -1,8 +1,10 @@
 /*
  * store.c - runs and their events in SQLite (see store.h).
  *
- * JSON columns hold compact JSON text. Every statement is prepared per call: writes happen a
- * few times per step, far below what would make caching statements worth its code.
+ * JSON columns hold compact JSON text. A run's trace records (docs/TRACE.md) are kept too, one
+ * row each, so GET /v1/runs/ID/trace can give back what `run --trace` would have written. Every
+ * statement is prepared per call: writes happen a few times per step, far below what would make
+ * caching statements worth its code.
  */
 #include "serve/store.h"
 
@@ -12,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/buf.h"
 #include "core/xalloc.h"
 
 struct store {
@@ -25,6 +28,8 @@ static const char SCHEMA[] =
     "CREATE TABLE IF NOT EXISTS runs(id TEXT PRIMARY KEY, created REAL, query TEXT,"
     " options TEXT, state TEXT, answer TEXT, result TEXT, error TEXT, finished REAL);"
     "CREATE TABLE IF NOT EXISTS events(run_id TEXT, seq INTEGER, event TEXT,"
+    " PRIMARY KEY(run_id, seq));"
+    "CREATE TABLE IF NOT EXISTS traces(run_id TEXT, seq INTEGER, record TEXT,"
     " PRIMARY KEY(run_id, seq));"
     "CREATE INDEX IF NOT EXISTS runs_created ON runs(created);"
     "UPDATE runs SET state='interrupted' WHERE state IN ('queued','running');";
@@ -141,6 +146,34 @@ int store_event(struct store *s, const char *id, size_t seq, const json_t *event
     sqlite3_bind_int64(st, 2, (sqlite3_int64)seq);
     bind_json(st, 3, event);
     return step_write(s, st);
+}
+
+int store_trace(struct store *s, const char *id, size_t seq, const json_t *record)
+{
+    sqlite3_stmt *st = prepare_locked(s, "INSERT INTO traces(run_id, seq, record) VALUES(?,?,?)");
+    if (!st)
+        return AF_EIO;
+    bind_text(st, 1, id);
+    sqlite3_bind_int64(st, 2, (sqlite3_int64)seq);
+    bind_json(st, 3, record);
+    return step_write(s, st);
+}
+
+int store_trace_jsonl(struct store *s, const char *id, struct af_buf *out)
+{
+    sqlite3_stmt *st = prepare_locked(s, "SELECT record FROM traces WHERE run_id=? ORDER BY seq");
+    if (!st)
+        return AF_EIO;
+    bind_text(st, 1, id);
+    int rc = AF_OK;
+    while (rc == AF_OK && sqlite3_step(st) == SQLITE_ROW) {
+        const char *t = (const char *)sqlite3_column_text(st, 0);
+        if (t && (af_buf_puts(out, t) != AF_OK || af_buf_putc(out, '\n') != AF_OK))
+            rc = AF_ETOOBIG;
+    }
+    sqlite3_finalize(st);
+    pthread_mutex_unlock(&s->mu);
+    return rc;
 }
 
 int store_run_finish(struct store *s, const char *id, const char *state, const char *answer,

@@ -1,8 +1,9 @@
 /*
  * store.h - the runs of `agentflow serve` in SQLite, so that they survive a restart.
  *
- * Tables: runs(id, created, query, options, state, answer, result, error, finished) and
- * events(run_id, seq, event), one row per event as it happens. A run still "queued" or
+ * Tables: runs(id, created, query, options, state, answer, result, error, finished),
+ * events(run_id, seq, event), one row per event as it happens, and traces(run_id, seq,
+ * record), one row per trace record. A run still "queued" or
  * "running" when the file is opened was cut off by a stop: it becomes "interrupted".
  * Safe from any thread (one connection behind a mutex; WAL mode).
  */
@@ -13,6 +14,7 @@
 #include <stddef.h>
 
 #include "agentflow/err.h"
+#include "core/buf.h"
 
 struct store;
 
@@ -29,6 +31,11 @@ int store_run_delete(struct store *s, const char *id);
 int store_run_state(struct store *s, const char *id, const char *state);
 /* Appends event number seq (borrowed). */
 int store_event(struct store *s, const char *id, size_t seq, const json_t *event);
+/* Appends the run's trace record number seq (borrowed). */
+int store_trace(struct store *s, const char *id, size_t seq, const json_t *record);
+/* Appends the run's trace records to out as JSONL, in order. Returns AF_OK, AF_EIO, or
+ * AF_ETOOBIG past out's limit. */
+int store_trace_jsonl(struct store *s, const char *id, struct af_buf *out);
 /* Closes a run: its final state, answer (may be NULL), the flow's result object (borrowed,
  * may be NULL) and error message (may be NULL). */
 int store_run_finish(struct store *s, const char *id, const char *state, const char *answer,

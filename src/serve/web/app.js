@@ -20,6 +20,7 @@ function el(tag, cls, text) {
 
 let apiKey = localStorage.getItem("agentflow-api-key") || "";
 let following = null; /* the AbortController of the stream being followed */
+let shownRun = null;  /* the id of the server run on view, or null (a dropped trace) */
 
 function headers(withBody) {
   const h = {};
@@ -65,8 +66,10 @@ function fmtResult(r) {
 }
 
 /* --- the run view -------------------------------------------------------------------- */
-function resetRun(title, meta) {
+function resetRun(title, meta, runId) {
   $("run").hidden = false;
+  shownRun = runId || null;
+  $("trace-download").hidden = !shownRun;
   $("run-title").textContent = title || "";
   $("run-meta").textContent = meta || "";
   $("analysis").textContent = "";
@@ -111,7 +114,7 @@ function renderEvent(ev) {
     $("answer-box").hidden = false;
     const u = ev.usage || {};
     const bits = [];
-    if (typeof ev.steps === "number") bits.push(ev.steps + " steps");
+    if (typeof ev.steps === "number") bits.push(ev.steps + (ev.steps === 1 ? " step" : " steps"));
     if (typeof ev.time_ms === "number") bits.push(fmtMs(ev.time_ms));
     if (typeof u.total_tokens === "number") bits.push(u.total_tokens + " tokens");
     $("run-meta").textContent = bits.join(" \u00b7 ");
@@ -180,7 +183,7 @@ async function ask(question) {
   $("ask-button").disabled = true;
   try {
     const run = await api("/v1/runs", { method: "POST", body: JSON.stringify(body) });
-    resetRun(question, "running\u2026");
+    resetRun(question, "running\u2026", run.id);
     history.replaceState(null, "", "/?run=" + encodeURIComponent(run.id));
     loadRuns();
     await follow(run.id);
@@ -195,7 +198,7 @@ async function openRun(id) {
   showError("");
   try {
     const run = await api("/v1/runs/" + encodeURIComponent(id));
-    resetRun(run.query, run.state);
+    resetRun(run.query, run.state, run.id);
     if (run.state === "queued" || run.state === "running") {
       await follow(id);
       return;
@@ -236,6 +239,25 @@ async function loadTools() {
     label.title = t.description || "";
     label.append(box, document.createTextNode(" " + t.name));
     fs.append(label);
+  }
+}
+
+/* Saves the run's trace records (GET /v1/runs/ID/trace, with the key) as a file. */
+async function downloadTrace() {
+  if (!shownRun) return;
+  try {
+    const r = await fetch("/v1/runs/" + encodeURIComponent(shownRun) + "/trace", { headers: headers(false) });
+    if (!r.ok) throw new Error("HTTP " + r.status);
+    const url = URL.createObjectURL(await r.blob());
+    const a = document.createElement("a");
+    a.href = url;
+    a.download = shownRun + ".jsonl";
+    document.body.append(a);
+    a.click();
+    a.remove();
+    setTimeout(() => URL.revokeObjectURL(url), 10000);
+  } catch (e) {
+    showError("downloading the trace: " + e.message);
   }
 }
 
@@ -345,6 +367,7 @@ function init() {
     if (q) ask(q);
   });
   $("refresh").addEventListener("click", loadRuns);
+  $("trace-download").addEventListener("click", downloadTrace);
   $("trace-file").addEventListener("change", (e) => readTraceFile(e.target.files[0]));
   const drop = $("drop");
   drop.addEventListener("dragover", (e) => { e.preventDefault(); drop.classList.add("over"); });
