@@ -56,7 +56,10 @@ LIB_SRC := $(filter-out src/cli/%,$(wildcard src/*/*.c))
 CLI_SRC := $(wildcard src/cli/*.c)
 PROMPTS := $(sort $(wildcard prompts/*.txt prompts/*/*.txt))
 GEN_PROMPTS := $(B)/gen/prompts_data.c
-LIB_OBJ := $(LIB_SRC:%.c=$(B)/%.o) $(B)/gen/prompts_data.o
+# The page of `agentflow serve` (src/serve/web/), compiled in like the prompts.
+WEB := $(sort $(wildcard src/serve/web/*))
+GEN_WEB := $(B)/gen/web_data.c
+LIB_OBJ := $(LIB_SRC:%.c=$(B)/%.o) $(B)/gen/prompts_data.o $(B)/gen/web_data.o
 CLI_OBJ := $(CLI_SRC:%.c=$(B)/%.o)
 TEST_SUPPORT_SRC := $(wildcard tests/support/*.c)
 TEST_SUPPORT_OBJ := $(TEST_SUPPORT_SRC:%.c=$(B)/%.o)
@@ -96,6 +99,13 @@ $(GEN_PROMPTS): $(PROMPTS) $(B)/embed
 $(B)/gen/prompts_data.o: $(GEN_PROMPTS)
 	$(say) CC $<
 	$(Q)$(CC) $(CFLAGS_ALL) -c $< -o $@
+
+$(GEN_WEB): $(WEB) $(B)/embed
+	@mkdir -p $(dir $@)
+	$(B)/embed --header serve/web_data.h --type af_web_file --symbol af_web_files $@ $(WEB)
+
+$(B)/gen/web_data.o: $(GEN_WEB)
+	$(CC) $(CFLAGS_ALL) -c $< -o $@
 
 $(LIBA): $(LIB_OBJ)
 	@rm -f $@
@@ -152,10 +162,10 @@ fuzz: $(FUZZ_BIN)
 	@set -e; for f in $(FUZZ_BIN); do mkdir -p $$f.corpus; echo "fuzzing $$f for $(FUZZ_SECONDS) s"; \
 	    AGENTFLOW_SRC=$(CURDIR) $$f -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 $$f.corpus \
 	    2>&1 | tail -3; done
-build/fuzz/%: tests/fuzz/%.c $(LIB_SRC) $(GEN_PROMPTS)
+build/fuzz/%: tests/fuzz/%.c $(LIB_SRC) $(GEN_PROMPTS) $(GEN_WEB)
 	@mkdir -p $(dir $@)
 	clang -std=c11 -D_GNU_SOURCE -g -O1 -fopenmp -fsanitize=fuzzer,address,undefined -Iinclude -Isrc \
-	    $(PKG_CFLAGS) -o $@ $< $(LIB_SRC) $(GEN_PROMPTS) $(PKG_LIBS) -lm -pthread
+	    $(PKG_CFLAGS) -o $@ $< $(LIB_SRC) $(GEN_PROMPTS) $(GEN_WEB) $(PKG_LIBS) -lm -pthread
 
 clean:
 	rm -rf build

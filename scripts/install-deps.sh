@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Installs the Debian/Ubuntu packages agentflow builds and tests with. Idempotent and quiet:
-# only missing packages are installed. Uses sudo when not run as root; without root and
+# Installs the Debian/Ubuntu packages agentflow builds and tests with (chromium: the headless
+# browser that tests the report's charts and the page of `agentflow serve`). Idempotent and
+# quiet: only missing packages are installed. Uses sudo when not run as root; without root and
 # without sudo it lists what is missing and stops (exit 1).
 set -euo pipefail
 PKGS=(build-essential pkg-config libjansson-dev libcurl4-openssl-dev libmicrohttpd-dev

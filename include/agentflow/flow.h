@@ -66,9 +66,11 @@ struct af_flow_step_info {
     const char *verdict; /* "STOP" or "CONTINUE" */
     double elapsed_ms;   /* since the solve began */
     double step_ms;
-    int failed;         /* the step recorded an error */
-    const char *reason; /* when failed: why (the planner's unparsable reply, the tool's error,
-                           ...), one line; else NULL */
+    int failed;           /* the step recorded an error */
+    const char *reason;   /* when failed: why (the planner's unparsable reply, the tool's error,
+                             ...), one line; else NULL */
+    const char *command;  /* the executor's command ("" when none was written) */
+    const json_t *result; /* the step's result as kept in memory (JSON), or NULL */
 };
 
 /* What the call callback is told before (done == 0) and after (done == 1) each LLM call of a

@@ -19,6 +19,8 @@ int cmd_tool(int argc, char **argv);
 int cmd_eval(int argc, char **argv);
 int cmd_index(int argc, char **argv);
 int cmd_model(int argc, char **argv);
+/* `serve` (cmd_serve.c): the flow behind an OpenAI-compatible HTTP API and a live page. */
+int cmd_serve(int argc, char **argv);
 int cmd_train(int argc, char **argv);
 /* `world build` (cmd_world.c): the practice world. */
 int cmd_world(int argc, char **argv);

@@ -15,6 +15,7 @@ static void usage(FILE *f)
                "\n"
                "commands:\n"
                "  run      answer a query (or a batch of queries) with the agent flow\n"
+               "  serve    serve the flow over an OpenAI-compatible HTTP API, with a live page\n"
                "  tool     list the tools or call one directly\n"
                "  eval     benchmarks: run them through the flow (eval run), write the reports\n"
                "           of a run (eval report), or score saved predictions (eval score)\n"
@@ -62,6 +63,8 @@ int main(int argc, char **argv)
     const char *cmd = argv[1];
     if (strcmp(cmd, "run") == 0)
         return cmd_run(argc - 1, argv + 1);
+    if (strcmp(cmd, "serve") == 0)
+        return cmd_serve(argc - 1, argv + 1);
     if (strcmp(cmd, "tool") == 0)
         return cmd_tool(argc - 1, argv + 1);
     if (strcmp(cmd, "eval") == 0)

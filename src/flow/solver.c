@@ -392,23 +392,27 @@ static json_t *act(struct solve_ctx *c, const struct next_step *ns, char **comma
     return res;
 }
 
-static void report_step(struct solve_ctx *c, const char *tool, const char *sub_goal, int stop,
-                        int failed, const char *reason, double t0, double tool_ms)
+static void report_step(struct solve_ctx *c, const struct next_step *ns, const char *command,
+                        int stop, int failed, const char *reason, double t0, double tool_ms)
 {
     double now = af_clock_ms();
     json_array_append_new(c->step_timings, json_pack("{s:i,s:f,s:f}", "step", c->step, "step_ms",
                                                      now - t0, "tool_ms", tool_ms));
     if (!c->p->on_step)
         return;
-    struct af_flow_step_info info = {.query_id = c->qid,
-                                     .step = c->step,
-                                     .tool = tool,
-                                     .sub_goal = sub_goal,
-                                     .verdict = stop ? "STOP" : "CONTINUE",
-                                     .elapsed_ms = now - c->t0,
-                                     .step_ms = now - t0,
-                                     .failed = failed,
-                                     .reason = failed ? reason : NULL};
+    struct af_flow_step_info info = {
+        .query_id = c->qid,
+        .step = c->step,
+        .tool = ns->tool_name,
+        .sub_goal = ns->sub_goal,
+        .verdict = stop ? "STOP" : "CONTINUE",
+        .elapsed_ms = now - c->t0,
+        .step_ms = now - t0,
+        .failed = failed,
+        .reason = failed ? reason : NULL,
+        .command = command ? command : "",
+        .result = json_object_get(
+            json_array_get(c->mem.actions, json_array_size(c->mem.actions) - 1), "result")};
     c->p->on_step(c->p->user, &info);
 }
 
@@ -440,7 +444,7 @@ static int run_step(struct solve_ctx *c, int *stop)
         result = NULL;
         rc = verify(c, stop);
         if (rc == AF_OK)
-            report_step(c, ns.tool_name, ns.sub_goal, *stop, failed, reason, t0, tool_ms);
+            report_step(c, &ns, command, *stop, failed, reason, t0, tool_ms);
     }
     json_decref(result);
     free(command);
