@@ -43,8 +43,9 @@ static void serve_usage(FILE *f)
                "  --quiet              no log line per request on stderr\n"
                "\n"
                "SIGTERM or SIGINT: stop accepting, let running flows finish for --grace-s, cancel\n"
-               "the rest, exit 0. Exit codes: 2 usage, 3 back-end, 4 bad input file, 1 cannot\n"
-               "listen or open the database.\n");
+               "the rest, exit 0. Exit codes: 2 usage (a bad option, or an address and port that\n"
+               "cannot be listened on), 3 back-end, 4 a bad input file or a --db that cannot be\n"
+               "opened.\n");
 }
 
 enum {
@@ -194,9 +195,10 @@ static int serve_until_signal(struct cmd_serve_args *a, const struct af_flow_par
         a->sp.on_request = log_request;
     struct af_serve *s = NULL;
     char err[1024];
-    if (af_serve_start(&a->sp, &s, err, sizeof err) != AF_OK) {
+    int rc = af_serve_start(&a->sp, &s, err, sizeof err);
+    if (rc != AF_OK) {
         fprintf(stderr, "%s: %s\n", CMD, err);
-        return CLI_EFAIL;
+        return rc == AF_EINVAL ? CLI_EUSAGE : CLI_EINPUT;
     }
     fprintf(stderr,
             "%s: listening on http://%s:%d (model '%s', %d at once, queue %d, runs in %s)\n", CMD,

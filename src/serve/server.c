@@ -386,7 +386,7 @@ static int start_daemon(struct af_serve *s, char *err, size_t errlen)
     if (!s->d) {
         snprintf(err, errlen, "cannot listen on %s port %d (in use, or not an address here)",
                  s->host, s->p.port);
-        return AF_EIO;
+        return AF_EINVAL; /* the --host / --port given cannot be used: a usage error */
     }
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_BIND_PORT);
     s->port = di ? di->port : s->p.port;
