@@ -86,6 +86,8 @@ static int index_build(int argc, char **argv)
         index_usage(stderr);
         return CLI_EUSAGE;
     }
+    if (cli_refuse_same_file("agentflow index build", "--input", in, "--out", out) != CLI_OK)
+        return CLI_EUSAGE;
     struct progress pr = {.t0 = af_clock_ms(), .tty = isatty(2)};
     p.progress = on_progress;
     p.user = &pr;

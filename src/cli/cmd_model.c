@@ -529,6 +529,9 @@ static int do_make_random(const struct model_args *a)
         fprintf(stderr, "agentflow model make-random: expected --arch ARCH ... OUT.gguf\n");
         return CLI_EUSAGE;
     }
+    if (cli_refuse_same_file("agentflow model make-random", "--vocab-from", a->rp.vocab_from, "OUT",
+                             a->pos[0]) != CLI_OK)
+        return CLI_EUSAGE;
     if (af_engine_make_random(&a->rp, a->pos[0], err, sizeof err)) {
         fprintf(stderr, "agentflow model make-random: %s\n", err);
         return CLI_EUSAGE;
@@ -543,6 +546,9 @@ static int do_quantize(const struct model_args *a)
         fprintf(stderr, "agentflow model quantize: expected IN.gguf OUT.gguf TYPE\n");
         return CLI_EUSAGE;
     }
+    if (cli_refuse_same_file("agentflow model quantize", "IN", a->pos[0], "OUT", a->pos[1]) !=
+        CLI_OK)
+        return CLI_EUSAGE;
     int rc = af_engine_quantize(a->pos[0], a->pos[1], a->pos[2], err, sizeof err);
     if (rc) {
         fprintf(stderr, "agentflow model quantize: %s\n", err);
@@ -565,6 +571,9 @@ static int do_merge(const struct model_args *a)
                 a->merge_type);
         return CLI_EUSAGE;
     }
+    if (cli_refuse_same_file("agentflow model merge", "BASE", a->pos[0], "OUT", a->pos[2]) !=
+        CLI_OK)
+        return CLI_EUSAGE;
     struct lora_merge_stats st = {0, 0};
     if (lora_merge_files(a->pos[0], a->pos[1], a->pos[2], a->merge_type, &st, err, sizeof err)) {
         fprintf(stderr, "agentflow model merge: %s\n", err);

@@ -92,7 +92,7 @@ int eval_judge_item(const struct eval_judge *j, const char *query, const json_t 
     *reply = NULL;
     char *prompt = eval_judge_prompt(query, gold, answer);
     struct af_msg msgs[2] = {{"system", JUDGE_SYSTEM}, {"user", prompt}};
-    struct af_llm_request req = {msgs, 2, j->sampling, j->model};
+    struct af_llm_request req = {msgs, 2, j->sampling, j->model, 0};
     struct af_llm_reply rep;
     af_llm_reply_init(&rep);
     int rc = af_llm_chat(j->llm, &req, &rep);
