@@ -534,7 +534,7 @@ static void test_peft_folder_engine(void **state)
 static int chat_ids(struct af_llm *llm, int32_t **ids, size_t *n)
 {
     struct af_msg msgs[] = {{"system", "You plan."}, {"user", "Pick a tool for 6 times 7."}};
-    struct af_llm_request req = {msgs, 2, af_llm_default_sampling(), NULL};
+    struct af_llm_request req = {msgs, 2, af_llm_default_sampling(), NULL, 0};
     req.sampling.max_tokens = 12;
     struct af_llm_reply rep;
     af_llm_reply_init(&rep);

@@ -367,9 +367,10 @@ static int do_logits(const struct model_args *a)
         fprintf(stderr, "agentflow model logits: out of memory\n");
         code = CLI_EFAIL;
     }
-    if (!code && af_engine_logits(e, ids, n, 0, logits, err, sizeof err)) {
+    int rc = code ? AF_OK : af_engine_logits(e, ids, n, 0, logits, err, sizeof err);
+    if (rc) {
         fprintf(stderr, "agentflow model logits: %s\n", err);
-        code = CLI_EFAIL;
+        code = rc == AF_EPARSE ? CLI_EINPUT : CLI_EFAIL; /* EPARSE: weights that overflow */
     }
     if (!code) {
         for (int64_t i = 0; i < nv; i++) {
@@ -435,9 +436,10 @@ static int do_generate(struct model_args *a)
         if (!a->json)
             a->gp.on_token = stream_piece;
         struct af_engine_result r;
-        if (af_engine_generate(e, ids, n, &a->gp, &r, err, sizeof err)) {
+        int rc = af_engine_generate(e, ids, n, &a->gp, &r, err, sizeof err);
+        if (rc) {
             fprintf(stderr, "\nagentflow model generate: %s\n", err);
-            code = CLI_EFAIL;
+            code = rc == AF_EPARSE ? CLI_EINPUT : CLI_EFAIL; /* EPARSE: weights that overflow */
         } else if (a->json) {
             print_result_json(&r);
         } else {
