@@ -2,8 +2,9 @@
  * test_hostile.c - attacks from issue 22 that must fail cleanly: a server that drips or
  * stalls its reply (bounded by --max-time and the stall rule), bodies that are huge, not JSON
  * or cut short (exit 3), a huge valid reply (capped before it reaches later prompts), escape
- * sequences in model output (stripped on a terminal), a trace that cannot be written (exit 4)
- * and one file given as both input and output (refused).
+ * sequences in model output (stripped on a terminal), a trace that cannot be written (exit 4),
+ * one file given as both input and output (refused), and an index build fed a cut gzip,
+ * blank rows, or killed earlier (its DB.tmp files).
  *
  * Time bounds are generous: the machine may be slow and noisy.
  */
@@ -19,8 +20,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/wait.h>
+#include <fcntl.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include "agentflow/llm.h"
 #include "core/clock.h"
@@ -315,6 +319,117 @@ static void test_same_file_in_and_out(void **state)
     free(text);
 }
 
+/* --- index build ---------------------------------------------------------------------- */
+
+static char *read_text(const char *path)
+{
+    char *text = NULL, err[256];
+    assert_int_equal(af_file_read(path, 1 << 24, &text, NULL, err, sizeof err), 0);
+    return text;
+}
+
+static void test_index_same_file(void **state)
+{
+    (void)state;
+    char in[256], alias[300];
+    tmp_path("passages.jsonl", in, sizeof in);
+    const char *rows = "{\"id\":\"1\",\"title\":\"A\",\"text\":\"alpha\"}\n";
+    write_file(in, rows);
+    snprintf(alias, sizeof alias, "%s/./passages.jsonl", g_dir);
+    const char *argv[] = {NULL, "index", "build", "--input", in, "--out", alias, NULL};
+    struct proc_result r;
+    run_cli(argv, RUN_TIMEOUT_S, &r);
+    assert_int_equal(r.exit_code, 2);
+    assert_contains(r.err, "same file");
+    proc_result_deinit(&r);
+    char *text = read_text(in);
+    assert_string_equal(text, rows);
+    free(text);
+}
+
+/* A gzip cut in the middle fails even with --skip-bad (it gave half the passages, exit 0). */
+static void test_index_truncated_gzip(void **state)
+{
+    (void)state;
+    char gzp[256], db[256];
+    tmp_path("cut.jsonl.gz", gzp, sizeof gzp);
+    tmp_path("cut.db", db, sizeof db);
+    gzFile gz = gzopen(gzp, "wb");
+    assert_non_null(gz);
+    for (int i = 0; i < 20000; i++)
+        gzprintf(gz, "{\"id\":\"%d\",\"title\":\"T%d\",\"text\":\"passage %d about %x\"}\n", i, i,
+                 i, i * 2654435761u);
+    assert_int_equal(gzclose(gz), Z_OK);
+    char *data = NULL, err[256];
+    size_t len = 0;
+    assert_int_equal(af_file_read(gzp, 1 << 24, &data, &len, err, sizeof err), 0);
+    assert_int_equal(af_file_write_atomic(gzp, data, len / 2, err, sizeof err), 0);
+    free(data);
+    const char *argv[] = {NULL, "index", "build", "--input", gzp, "--out", db, "--skip-bad", NULL};
+    struct proc_result r;
+    run_cli(argv, RUN_TIMEOUT_S, &r);
+    if (r.exit_code != 4)
+        fprintf(stderr, "exit %d; stderr: %s\n", r.exit_code, r.err);
+    assert_int_equal(r.exit_code, 4);
+    assert_contains(r.err, "cut short");
+    assert_int_not_equal(access(db, F_OK), 0);
+    proc_result_deinit(&r);
+}
+
+/* Blank lines are counted; a TSV row of empty fields is a malformed row, never dropped
+ * silently. */
+static void test_index_blank_rows(void **state)
+{
+    (void)state;
+    char tsv[256], db[256];
+    tmp_path("rows.tsv", tsv, sizeof tsv);
+    tmp_path("rows.db", db, sizeof db);
+    write_file(tsv, "id\ttext\ttitle\n1\tfirst passage\tOne\n\n   \n\t\t\n2\tsecond\tTwo\n");
+    const char *argv[] = {NULL, "index", "build", "--input", tsv, "--out", db, NULL};
+    struct proc_result r;
+    run_cli(argv, RUN_TIMEOUT_S, &r);
+    assert_int_equal(r.exit_code, 4);
+    assert_contains(r.err, "rows.tsv:5");
+    proc_result_deinit(&r);
+    const char *sargv[] = {NULL, "index", "build", "--input", tsv, "--out", db, "--skip-bad", NULL};
+    run_cli(sargv, RUN_TIMEOUT_S, &r);
+    if (r.exit_code != 0)
+        fprintf(stderr, "stderr: %s\n", r.err);
+    assert_int_equal(r.exit_code, 0);
+    assert_contains(r.err, "indexed 2 passages (1 bad lines skipped, 2 blank lines)");
+    proc_result_deinit(&r);
+}
+
+/* A killed build's DB.tmp files go at the next index command on DB, unless a live build
+ * (the flock on DB.tmp) still writes them. */
+static void test_index_stale_tmp(void **state)
+{
+    (void)state;
+    char db[256], t0[300], t3[300];
+    tmp_path("stale.db", db, sizeof db);
+    snprintf(t0, sizeof t0, "%s.tmp", db);
+    snprintf(t3, sizeof t3, "%s.tmp.3", db);
+    write_file(t0, "half a database");
+    write_file(t3, "half a shard");
+    int fd = open(t0, O_RDONLY);
+    assert_true(fd >= 0);
+    assert_int_equal(flock(fd, LOCK_EX), 0); /* as a running build holds it */
+    const char *argv[] = {NULL, "index", "query", db, "x", NULL};
+    struct proc_result r;
+    run_cli(argv, RUN_TIMEOUT_S, &r);
+    assert_int_equal(r.exit_code, 4); /* no DB yet */
+    proc_result_deinit(&r);
+    assert_int_equal(access(t0, F_OK), 0);
+    assert_int_equal(access(t3, F_OK), 0);
+    close(fd); /* the build is gone */
+    run_cli(argv, RUN_TIMEOUT_S, &r);
+    assert_int_equal(r.exit_code, 4);
+    assert_contains(r.err, "removed 2 files left by an interrupted build");
+    proc_result_deinit(&r);
+    assert_int_not_equal(access(t0, F_OK), 0);
+    assert_int_not_equal(access(t3, F_OK), 0);
+}
+
 static int setup(void **state)
 {
     (void)state;
@@ -341,6 +456,10 @@ int main(void)
         cmocka_unit_test(test_escapes_stripped_on_terminal),
         cmocka_unit_test(test_trace_write_failure),
         cmocka_unit_test(test_same_file_in_and_out),
+        cmocka_unit_test(test_index_same_file),
+        cmocka_unit_test(test_index_truncated_gzip),
+        cmocka_unit_test(test_index_blank_rows),
+        cmocka_unit_test(test_index_stale_tmp),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
