@@ -89,6 +89,40 @@ static void test_drip_bounded_by_max_time(void **state)
     drip_server_stop(ds);
 }
 
+/* A slow call cut off by --max-time ends the turns, not the solve: the answer is still
+ * written (within its own allowance). */
+static void test_max_time_keeps_answer(void **state)
+{
+    (void)state;
+    struct fake_server *fs = fake_server_start();
+    assert_non_null(fs);
+    char *quick = fake_server_chat_body("Concise Summary: easy.");
+    char *slow =
+        fake_server_chat_body("Sub-Goal: x\nTool Name: Generalist_Solution_Generator_Tool");
+    fake_server_push(fs, 200, quick, NULL, NULL, 0);    /* query analysis */
+    fake_server_push(fs, 200, slow, NULL, NULL, 30000); /* the planner, far too slow */
+    free(quick);
+    free(slow);
+    fake_server_add_rule(fs, "Give the final answer", "**Answer:** 42");
+    const char *argv[] = {NULL,         "run", "--url",  fake_server_url(fs),
+                          "--max-time", "1",   "--json", "--quiet",
+                          "Q?",         NULL};
+    struct proc_result r;
+    double t0 = af_clock_ms();
+    run_cli(argv, RUN_TIMEOUT_S, &r);
+    if (r.exit_code != 0)
+        fprintf(stderr, "exit %d; stderr: %s\n", r.exit_code, r.err);
+    assert_int_equal(r.exit_code, 0);
+    assert_true(af_clock_ms() - t0 < HANG_BOUND_S * 1000.0);
+    json_t *j = json_loads(r.out, 0, NULL);
+    assert_non_null(j);
+    assert_string_equal(json_string_value(json_object_get(j, "answer")), "42");
+    assert_true(json_is_true(json_object_get(json_object_get(j, "timings"), "max_time_reached")));
+    json_decref(j);
+    proc_result_deinit(&r);
+    fake_server_stop(fs);
+}
+
 static struct af_llm *drip_llm(const char *url, long stall_ms)
 {
     struct af_llm_openai_params p = af_llm_openai_default_params();
@@ -450,6 +484,7 @@ int main(void)
     signal(SIGPIPE, SIG_IGN);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_drip_bounded_by_max_time),
+        cmocka_unit_test(test_max_time_keeps_answer),
         cmocka_unit_test(test_stall_rule_and_request_deadline),
         cmocka_unit_test(test_bad_bodies_exit_3),
         cmocka_unit_test(test_huge_reply_capped),
