@@ -21,6 +21,7 @@
 
 #include "agentflow/engine.h"
 #include "agentflow/llm.h"
+#include "core/clock.h"
 #include "core/fileio.h"
 #include "engine/gguf.h"
 #include "engine/quant.h"
@@ -1023,6 +1024,21 @@ static void test_llm_backend(void **state)
         assert_true(jobs[i].n_resp >= 1 && jobs[i].n_resp <= 6);
         assert_string_equal(jobs[i].text, jobs[0].text);
     }
+    /* A request's deadline: already past, nothing runs; reached mid-generation, it stops. */
+    struct af_msg m = {"user", "Count to one hundred."};
+    struct af_llm_request req = {&m, 1, af_llm_default_sampling(), NULL, af_clock_ms() - 1};
+    req.sampling.max_tokens = 4096;
+    struct af_llm_reply rep;
+    af_llm_reply_init(&rep);
+    assert_int_equal(af_llm_chat(a, &req, &rep), AF_ETIMEOUT);
+    assert_non_null(strstr(rep.errmsg, "deadline"));
+    af_llm_reply_deinit(&rep);
+    req.deadline_ms = af_clock_ms() + 50;
+    req.sampling.temperature = 1.0; /* no early end of text to count on */
+    af_llm_reply_init(&rep);
+    int rc = af_llm_chat(a, &req, &rep);
+    assert_true(rc == AF_ETIMEOUT || (rc == AF_OK && rep.n_response_ids < 4096));
+    af_llm_reply_deinit(&rep);
     af_llm_free(a);
     af_llm_free(b);
     assert_null(af_llm_gguf_new("/nonexistent.gguf", NULL, err, sizeof err));

@@ -150,6 +150,8 @@ static int gguf_llm_chat(void *self, const struct af_llm_request *req, struct af
     struct gguf_llm *g = self;
     struct af_engine *e = g->e;
     char err[1024] = "";
+    if (req->deadline_ms > 0 && af_clock_ms() >= req->deadline_ms)
+        return fail(reply, AF_ETIMEOUT, g->spec, "not started: the caller's deadline has passed");
     struct af_engine_msg *msgs = af_xcalloc(req->n_msgs ? req->n_msgs : 1, sizeof *msgs);
     for (size_t i = 0; i < req->n_msgs; i++) {
         msgs[i].role = req->msgs[i].role;
