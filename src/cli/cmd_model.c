@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "agentflow/engine.h"
 #include "cli/cli.h"
@@ -393,9 +394,18 @@ static int do_logits(const struct model_args *a)
 
 static int stream_piece(void *user, int32_t id, const char *piece, size_t len)
 {
-    (void)user;
     (void)id;
-    fwrite(piece, 1, len, stdout);
+    if (*(const int *)user) {
+        /* a terminal: escape and control bytes from the model must not act on it; a piece may
+         * hold part of a UTF-8 character, so only single control bytes go */
+        for (size_t i = 0; i < len; i++) {
+            unsigned char c = (unsigned char)piece[i];
+            if ((c >= 0x20 && c != 0x7f) || c == '\n' || c == '\t')
+                fputc(c, stdout);
+        }
+    } else {
+        fwrite(piece, 1, len, stdout);
+    }
     fflush(stdout);
     return 0;
 }
@@ -433,8 +443,11 @@ static int do_generate(struct model_args *a)
     char err[1024];
     code = prompt_ids(e, a, a->prompt, &ids, &n);
     if (!code) {
-        if (!a->json)
+        int tty = isatty(fileno(stdout));
+        if (!a->json) {
             a->gp.on_token = stream_piece;
+            a->gp.user = &tty;
+        }
         struct af_engine_result r;
         int rc = af_engine_generate(e, ids, n, &a->gp, &r, err, sizeof err);
         if (rc) {
