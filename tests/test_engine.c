@@ -863,7 +863,7 @@ static void test_vocab_rows_mismatch(void **state)
     struct gguf_writer *w = gguf_writer_new();
     gguf_writer_copy_kvs(w, g);
     struct gguf_str toks[10];
-    char text[10][4];
+    char text[10][16];
     for (int i = 0; i < 10; i++) {
         snprintf(text[i], sizeof text[i], "t%d", i);
         toks[i].s = text[i];
