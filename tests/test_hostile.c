@@ -105,7 +105,7 @@ static void test_max_time_keeps_answer(void **state)
     free(slow);
     fake_server_add_rule(fs, "Give the final answer", "**Answer:** 42");
     const char *argv[] = {NULL,         "run", "--url",  fake_server_url(fs),
-                          "--max-time", "1",   "--json", "--quiet",
+                          "--max-time", "3",   "--json", "--quiet",
                           "Q?",         NULL};
     struct proc_result r;
     double t0 = af_clock_ms();
