@@ -379,6 +379,20 @@ static void test_index_same_file(void **state)
     char *text = read_text(in);
     assert_string_equal(text, rows);
     free(text);
+
+    /* nor as one of the files the build writes (and first removes): DB.tmp */
+    char db[256], tmp[300];
+    tmp_path("named.db", db, sizeof db);
+    snprintf(tmp, sizeof tmp, "%s.tmp", db);
+    write_file(tmp, rows);
+    const char *targv[] = {NULL, "index", "build", "--input", tmp, "--out", db, NULL};
+    run_cli(targv, RUN_TIMEOUT_S, &r);
+    assert_int_equal(r.exit_code, 2);
+    assert_contains(r.err, "a file the build of");
+    proc_result_deinit(&r);
+    text = read_text(tmp);
+    assert_string_equal(text, rows);
+    free(text);
 }
 
 /* A gzip cut in the middle fails even with --skip-bad (it gave half the passages, exit 0). */
@@ -452,6 +466,17 @@ static void test_index_stale_tmp(void **state)
     struct proc_result r;
     run_cli(argv, RUN_TIMEOUT_S, &r);
     assert_int_equal(r.exit_code, 4); /* no DB yet */
+    proc_result_deinit(&r);
+    assert_int_equal(access(t0, F_OK), 0);
+    assert_int_equal(access(t3, F_OK), 0);
+    /* a second build refuses to start, and leaves the live one's files alone */
+    char in[256];
+    tmp_path("stale-in.jsonl", in, sizeof in);
+    write_file(in, "{\"id\":\"1\",\"title\":\"A\",\"text\":\"alpha\"}\n");
+    const char *bargv[] = {NULL, "index", "build", "--input", in, "--out", db, NULL};
+    run_cli(bargv, RUN_TIMEOUT_S, &r);
+    assert_int_equal(r.exit_code, 4);
+    assert_contains(r.err, "another index build");
     proc_result_deinit(&r);
     assert_int_equal(access(t0, F_OK), 0);
     assert_int_equal(access(t3, F_OK), 0);

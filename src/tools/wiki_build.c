@@ -29,6 +29,7 @@
 #include "core/buf.h"
 #include "core/clock.h"
 #include "core/errf.h"
+#include "core/fileio.h"
 #include "core/xalloc.h"
 #include "tools/wiki_int.h"
 #include "tools/wiki_row.h"
@@ -725,6 +726,22 @@ static int lock_tmp(const char *tmp_path)
     return fd;
 }
 
+/* AF_EINVAL when in_path is one of the files a build of db_path removes and rewrites. */
+static int check_input_not_tmp(const char *in_path, const char *db_path, char *err, size_t errlen)
+{
+    for (int i = 0; i < WIKI_MAX_SHARDS; i++) {
+        char *t = i ? sqlite3_mprintf("%s.tmp.%d", db_path, i) : sqlite3_mprintf("%s.tmp", db_path);
+        int same = af_file_same(in_path, t);
+        if (same)
+            af_errf(err, errlen, "%s: the input is %s, a file the build of %s writes", in_path, t,
+                    db_path);
+        sqlite3_free(t);
+        if (same)
+            return AF_EINVAL;
+    }
+    return AF_OK;
+}
+
 static int auto_shards(void)
 {
     long n = sysconf(_SC_NPROCESSORS_ONLN);
@@ -855,6 +872,8 @@ int wiki_index_build(const char *in_path, const char *db_path, const struct wiki
                 p->shards);
         return AF_EINVAL;
     }
+    if (check_input_not_tmp(in_path, db_path, err, errlen) != AF_OK)
+        return AF_EINVAL;
     double t0 = af_clock_ms();
     struct build *b = af_xcalloc(1, sizeof *b);
     b->in_path = in_path;
@@ -876,7 +895,7 @@ int wiki_index_build(const char *in_path, const char *db_path, const struct wiki
         s->path = af_buf_detach(&path);
     }
     gzFile gz = NULL;
-    int rc = AF_OK, lock_fd = -1;
+    int rc = AF_OK, lock_fd = -1, ours = 0; /* ours: the DB.tmp files are this build's */
 
     struct stat sb;
     memset(&sb, 0, sizeof sb);
@@ -900,6 +919,7 @@ int wiki_index_build(const char *in_path, const char *db_path, const struct wiki
         rc = AF_EIO;
         goto out;
     }
+    ours = 1;
     for (int i = 0; i < b->n_shards && !rc; i++) {
         if ((rc = shard_open(&b->sh[i], b->n_shards)) != AF_OK)
             af_errf(err, errlen, "%s", b->sh[i].err);
@@ -923,7 +943,7 @@ out:
         gzclose(gz);
     for (int i = 0; i < b->n_shards; i++) {
         shard_close(&b->sh[i]);
-        if (rc)
+        if (rc && ours) /* never another build's, nor files this one did not reach */
             unlink(b->sh[i].path);
         free(b->sh[i].path);
     }
