@@ -156,6 +156,12 @@ static void test_stall_rule_and_request_deadline(void **state)
     assert_true(af_clock_ms() - t0 < HANG_BOUND_S * 1000.0);
     assert_contains(r.errmsg, "stalled");
     af_llm_reply_deinit(&r);
+    /* with a later deadline (one that sets the attempt's time-out): a stall is still a stall,
+     * retried as configured, not a cut at the deadline */
+    assert_int_equal(chat_once(llm, af_clock_ms() + 200000, &r), AF_ETIMEOUT);
+    assert_contains(r.errmsg, "stalled");
+    assert_null(strstr(r.errmsg, "deadline"));
+    af_llm_reply_deinit(&r);
     af_llm_free(llm);
 
     /* without the stall rule, the request's deadline still ends the call */

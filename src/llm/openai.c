@@ -596,8 +596,10 @@ static int openai_chat(void *self, const struct af_llm_request *req, struct af_l
         int retry = 0;
         rc = judge(o, &a, timeout_ms, reply, &msg, &retry);
         double wait_ms = retry ? next_wait_ms(o, &a, i, &rng) : 0;
+        /* curl's own time-out, when the deadline set it: the call was cut off there */
+        const int cut = a.cc == CURLE_OPERATION_TIMEDOUT && by_deadline;
         attempt_deinit(&a);
-        if (rc != AF_OK && ((rc == AF_ETIMEOUT && by_deadline) || past_deadline(deadline))) {
+        if (rc != AF_OK && (cut || past_deadline(deadline))) {
             msg_printf(&msg, "; stopped at the caller's deadline");
             break;
         }
