@@ -21,6 +21,7 @@
 
 #include "agentflow/engine.h"
 #include "agentflow/llm.h"
+#include "core/clock.h"
 #include "core/fileio.h"
 #include "engine/gguf.h"
 #include "engine/quant.h"
@@ -684,7 +685,7 @@ static void test_bad_calls(void **state)
 }
 
 /* Rewrites the tiny model with one fault, then checks the load fails naming it. */
-enum fault { F_MISSING, F_SHAPE, F_NAN, F_NAN_W, F_ARCH, F_NO_HPARAM, F_BAD_VOCAB };
+enum fault { F_MISSING, F_SHAPE, F_NAN, F_NAN_W, F_ARCH, F_NO_HPARAM, F_BAD_VOCAB, F_HUGE };
 
 static int write_faulty(const char *dst, enum fault f)
 {
@@ -713,6 +714,13 @@ static int write_faulty(const char *dst, enum fault f)
             continue;
         if (f == F_SHAPE && !strcmp(name, "blk.0.attn_q.weight"))
             ne[1] /= 2; /* half the rows the hyperparameters call for */
+        if (f == F_HUGE && !strcmp(name, "blk.0.ffn_up.weight")) {
+            /* finite, so the load accepts it, but every product overflows */
+            poison = malloc(t->nbytes);
+            for (size_t k = 0; k < t->nbytes / sizeof *poison; k++)
+                poison[k] = k % 2 ? 3e38f : -3e38f;
+            data = poison;
+        }
         if ((f == F_NAN && !strcmp(name, "blk.1.attn_norm.weight")) ||
             (f == F_NAN_W && !strcmp(name, "blk.0.ffn_up.weight"))) {
             poison = malloc(t->nbytes);
@@ -803,6 +811,92 @@ static void test_malformed_models(void **state)
     struct af_engine *e = NULL;
     assert_int_not_equal(af_engine_load(dst, NULL, &e, err, sizeof err), AF_OK);
     assert_non_null(strstr(err, dst));
+    unlink(dst);
+}
+
+static struct proc_result cli(const char *const *args);
+
+/* Weights of 3e38 pass the load (they are finite) but overflow at run time: logits and
+ * generation fail naming the layer, and the CLI prints no NaN and no bytes of garbage. */
+static void test_overflowing_weights(void **state)
+{
+    (void)state;
+    char dst[300], err[1024];
+    snprintf(dst, sizeof dst, "%s.huge.gguf", tiny_path);
+    assert_int_equal(write_faulty(dst, F_HUGE), 0);
+    struct af_engine_params ep = af_engine_default_params();
+    ep.n_threads = 2;
+    ep.n_ctx = 256;
+    struct af_engine *e = NULL;
+    if (af_engine_load(dst, &ep, &e, err, sizeof err))
+        fail_msg("%s", err);
+    int32_t ids[3] = {1, 2, 3};
+    float *lg = malloc((size_t)af_engine_n_vocab(e) * sizeof *lg);
+    err[0] = '\0';
+    assert_int_equal(af_engine_logits(e, ids, 3, 0, lg, err, sizeof err), AF_EPARSE);
+    assert_non_null(strstr(err, "layer 0 (blk.0.*)"));
+    free(lg);
+    struct af_engine_gen_params gp = af_engine_default_gen_params();
+    gp.max_tokens = 4;
+    struct af_engine_result r;
+    err[0] = '\0';
+    assert_int_equal(af_engine_generate(e, ids, 3, &gp, &r, err, sizeof err), AF_EPARSE);
+    assert_non_null(strstr(err, "blk.0"));
+    af_engine_result_deinit(&r);
+    af_engine_free(e);
+    struct proc_result pr = cli((const char *[]){"model", "logits", dst, "--prompt", "hi", NULL});
+    assert_int_equal(pr.exit_code, 4);
+    assert_null(strstr(pr.out, "nan"));
+    assert_non_null(strstr(pr.err, "blk.0"));
+    proc_result_deinit(&pr);
+    pr = cli((const char *[]){"model", "generate", dst, "--prompt", "hi", "-n", "4", NULL});
+    assert_int_equal(pr.exit_code, 4);
+    assert_non_null(strstr(pr.err, "blk.0"));
+    assert_int_equal(strspn(pr.out, "\n"), strlen(pr.out)); /* nothing generated */
+    proc_result_deinit(&pr);
+    unlink(dst);
+}
+
+/* A token list shorter than token_embd.weight (10 against 259 rows) is refused at load,
+ * naming the field; a longer one too. */
+static void test_vocab_rows_mismatch(void **state)
+{
+    (void)state;
+    char src[300], dst[300], err[1024];
+    snprintf(src, sizeof src, "%s.bytes.gguf", tiny_path);
+    snprintf(dst, sizeof dst, "%s.short.gguf", tiny_path);
+    struct af_engine_random_params rp = {"qwen2", "tiny", "F32", 3, NULL};
+    assert_int_equal(af_engine_make_random(&rp, src, err, sizeof err), 0);
+    struct gguf_file *g = NULL;
+    assert_int_equal(gguf_open(src, &g, err, sizeof err), 0);
+    struct gguf_writer *w = gguf_writer_new();
+    gguf_writer_copy_kvs(w, g);
+    struct gguf_str toks[10];
+    char text[10][16];
+    for (int i = 0; i < 10; i++) {
+        snprintf(text[i], sizeof text[i], "t%d", i);
+        toks[i].s = text[i];
+        toks[i].n = strlen(text[i]);
+    }
+    gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", toks, 10);
+    for (uint64_t i = 0; i < gguf_n_tensors(g); i++) {
+        const struct gguf_tensor *t = gguf_tensor_at(g, i);
+        char name[128];
+        snprintf(name, sizeof name, "%.*s", (int)t->name.n, t->name.s);
+        assert_int_equal(gguf_writer_add_tensor(w, name, t->type, t->n_dims, t->ne, t->data,
+                                                t->nbytes, err, sizeof err),
+                         0);
+    }
+    assert_int_equal(gguf_writer_write(w, dst, err, sizeof err), 0);
+    gguf_writer_free(w);
+    gguf_close(g);
+    struct af_engine *e = NULL;
+    err[0] = '\0';
+    int rc = af_engine_load(dst, NULL, &e, err, sizeof err);
+    if (rc == AF_OK || !strstr(err, "tokenizer.ggml.tokens") || !strstr(err, "token_embd"))
+        fail_msg("rc %d, message '%s' should name both fields", rc, err);
+    assert_null(e);
+    unlink(src);
     unlink(dst);
 }
 
@@ -939,6 +1033,21 @@ static void test_llm_backend(void **state)
         assert_true(jobs[i].n_resp >= 1 && jobs[i].n_resp <= 6);
         assert_string_equal(jobs[i].text, jobs[0].text);
     }
+    /* A request's deadline: already past, nothing runs; reached mid-generation, it stops. */
+    struct af_msg m = {"user", "Count to one hundred."};
+    struct af_llm_request req = {&m, 1, af_llm_default_sampling(), NULL, af_clock_ms() - 1};
+    req.sampling.max_tokens = 4096;
+    struct af_llm_reply rep;
+    af_llm_reply_init(&rep);
+    assert_int_equal(af_llm_chat(a, &req, &rep), AF_ETIMEOUT);
+    assert_non_null(strstr(rep.errmsg, "deadline"));
+    af_llm_reply_deinit(&rep);
+    req.deadline_ms = af_clock_ms() + 50;
+    req.sampling.temperature = 1.0; /* no early end of text to count on */
+    af_llm_reply_init(&rep);
+    int rc = af_llm_chat(a, &req, &rep);
+    assert_true(rc == AF_ETIMEOUT || (rc == AF_OK && rep.n_response_ids < 4096));
+    af_llm_reply_deinit(&rep);
     af_llm_free(a);
     af_llm_free(b);
     assert_null(af_llm_gguf_new("/nonexistent.gguf", NULL, err, sizeof err));
@@ -1035,13 +1144,14 @@ static void test_cli_model(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_reference_logits), cmocka_unit_test(test_reference_prompt_ids),
-        cmocka_unit_test(test_hf_checkpoints),   cmocka_unit_test(test_prefix_cache),
-        cmocka_unit_test(test_batch_invariant),  cmocka_unit_test(test_concurrent_batching),
-        cmocka_unit_test(test_cancel_in_batch),  cmocka_unit_test(test_sampling),
-        cmocka_unit_test(test_stream_and_chat),  cmocka_unit_test(test_bad_calls),
-        cmocka_unit_test(test_malformed_models), cmocka_unit_test(test_quantize_and_make_random),
-        cmocka_unit_test(test_cli_model),        cmocka_unit_test(test_llm_backend),
+        cmocka_unit_test(test_reference_logits),    cmocka_unit_test(test_reference_prompt_ids),
+        cmocka_unit_test(test_hf_checkpoints),      cmocka_unit_test(test_prefix_cache),
+        cmocka_unit_test(test_batch_invariant),     cmocka_unit_test(test_concurrent_batching),
+        cmocka_unit_test(test_cancel_in_batch),     cmocka_unit_test(test_sampling),
+        cmocka_unit_test(test_stream_and_chat),     cmocka_unit_test(test_bad_calls),
+        cmocka_unit_test(test_malformed_models),    cmocka_unit_test(test_quantize_and_make_random),
+        cmocka_unit_test(test_cli_model),           cmocka_unit_test(test_llm_backend),
+        cmocka_unit_test(test_overflowing_weights), cmocka_unit_test(test_vocab_rows_mismatch),
     };
     return cmocka_run_group_tests(tests, make_tiny, drop_tiny);
 }

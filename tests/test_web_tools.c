@@ -332,6 +332,20 @@ static struct af_tool *tool_with(struct af_tool *(*make)(const json_t *), const 
     return t;
 }
 
+/* Web_RAG_Search_Tool with the options given, allowed to read the loopback test server. */
+static struct af_tool *rag_with(const char *k1, const char *v1, const char *k2, const char *v2)
+{
+    json_t *opts = json_object();
+    json_object_set_new(opts, "allow_private", json_string("1"));
+    if (k1)
+        json_object_set_new(opts, k1, json_string(v1));
+    if (k2)
+        json_object_set_new(opts, k2, json_string(v2));
+    struct af_tool *t = af_tool_web_rag_new(opts);
+    json_decref(opts);
+    return t;
+}
+
 /* --- html_text -------------------------------------------------------------------------- */
 
 static void test_html_text(void **state)
@@ -606,7 +620,7 @@ static void test_rag_bm25_and_answer(void **state)
     struct af_sampling samp = af_llm_default_sampling();
     struct af_tool_ctx ctx = {.llm = llm, .sampling = &samp, .model = "fake-model"};
     unsetenv("AGENTFLOW_EMBED_URL");
-    struct af_tool *tool = af_tool_web_rag_new(NULL);
+    struct af_tool *tool = rag_with(NULL, NULL, NULL, NULL);
     assert_string_equal(af_tool_card(tool)->name, "Web_RAG_Search_Tool");
     assert_int_equal(af_tool_card(tool)->requires_llm, 1);
     char args[256];
@@ -665,7 +679,7 @@ static void test_rag_plain_text_and_types(void **state)
     add_fixed(rs, "/plain.txt", 200, "text/plain", "<b>not markup</b> kept as is");
     add_fixed(rs, "/img.png", 200, "image/png", "\x89PNG....");
     add_fixed(rs, "/empty", 200, "text/html", "<html><script>x()</script></html>");
-    struct af_tool *tool = af_tool_web_rag_new(NULL);
+    struct af_tool *tool = rag_with(NULL, NULL, NULL, NULL);
     char args[256];
     int rc;
     snprintf(args, sizeof args, "{\"query\": \"markup\", \"url\": \"%s/plain.txt\"}", rs->base);
@@ -711,7 +725,7 @@ static void test_rag_limits(void **state)
     free(blob);
     add_redirect(rs, "/loop", "/loop");
     add_redirect(rs, "/tofile", "file:///etc/passwd");
-    struct af_tool *tool = af_tool_web_rag_new(NULL);
+    struct af_tool *tool = rag_with(NULL, NULL, NULL, NULL);
     char args[256];
     int rc;
     const char *paths[] = {"/big", "/bigstream"};
@@ -752,11 +766,89 @@ static void test_rag_limits(void **state)
     /* A short web_timeout_s cuts a slow page off. */
     struct route *slow = add_fixed(rs, "/slow", 200, "text/plain", "late");
     slow->delay_ms = 1500;
-    tool = tool_with(af_tool_web_rag_new, "web_timeout_s", "0.3", NULL, NULL);
+    tool = rag_with("web_timeout_s", "0.3", NULL, NULL);
     snprintf(args, sizeof args, "{\"query\": \"a\", \"url\": \"%s/slow\"}", rs->base);
     res = call_tool(tool, args, NULL, &rc);
     assert_int_equal(rc, AF_ETOOL);
     assert_contains(error_of(res), "timed out");
+    json_decref(res);
+    af_tool_free(tool);
+}
+
+static int addr_private(const char *ip)
+{
+    struct sockaddr_in a4;
+    struct sockaddr_in6 a6;
+    memset(&a4, 0, sizeof a4);
+    memset(&a6, 0, sizeof a6);
+    if (inet_pton(AF_INET, ip, &a4.sin_addr) == 1) {
+        a4.sin_family = AF_INET;
+        return http_addr_private((const struct sockaddr *)&a4);
+    }
+    assert_int_equal(inet_pton(AF_INET6, ip, &a6.sin6_addr), 1);
+    a6.sin6_family = AF_INET6;
+    return http_addr_private((const struct sockaddr *)&a6);
+}
+
+/* The model picks the URL: loopback, private and link-local hosts are refused unless the
+ * allow_private option says otherwise (issue 22: it fetched http://127.0.0.1:PORT/). */
+static void test_rag_blocks_private(void **state)
+{
+    struct route_server *rs = *state;
+    const char *priv[] = {"127.0.0.1",
+                          "127.9.9.9",
+                          "10.1.2.3",
+                          "172.16.0.1",
+                          "172.31.255.1",
+                          "192.168.1.1",
+                          "169.254.169.254",
+                          "100.64.0.1",
+                          "0.0.0.0",
+                          "224.0.0.1",
+                          "255.255.255.255",
+                          "::1",
+                          "::",
+                          "fe80::1",
+                          "fd00::1",
+                          "::ffff:127.0.0.1",
+                          "::ffff:10.0.0.1",
+                          "64:ff9b::a00:1",
+                          "ff02::1"};
+    for (size_t i = 0; i < sizeof priv / sizeof priv[0]; i++) {
+        if (!addr_private(priv[i]))
+            fprintf(stderr, "%s should count as private\n", priv[i]);
+        assert_true(addr_private(priv[i]));
+    }
+    const char *pub[] = {"8.8.8.8", "172.32.0.1",      "100.128.0.1",
+                         "1.1.1.1", "2001:4860::8888", "::ffff:8.8.8.8"};
+    for (size_t i = 0; i < sizeof pub / sizeof pub[0]; i++)
+        assert_false(addr_private(pub[i]));
+
+    add_fixed(rs, "/secret", 200, "text/plain", "internal admin token");
+    unsetenv("AGENTFLOW_ALLOW_PRIVATE");
+    struct af_tool *tool = af_tool_web_rag_new(NULL);
+    size_t before = rs->n_requests;
+    char args[256];
+    int rc;
+    const char *hosts[] = {"127.0.0.1", "localhost", "[::1]", "0.0.0.0"};
+    for (size_t i = 0; i < 4; i++) {
+        snprintf(args, sizeof args, "{\"query\": \"token\", \"url\": \"http://%s:%d/secret\"}",
+                 hosts[i], rs->port);
+        json_t *res = call_tool(tool, args, NULL, &rc);
+        assert_int_equal(rc, AF_ETOOL);
+        assert_contains(error_of(res), "allow_private");
+        assert_null(json_object_get(res, "chunks"));
+        json_decref(res);
+    }
+    assert_int_equal(rs->n_requests, before); /* nothing reached the server */
+    af_tool_free(tool);
+
+    tool = rag_with(NULL, NULL, NULL, NULL); /* allow_private=1 */
+    snprintf(args, sizeof args, "{\"query\": \"token\", \"url\": \"%s/secret\"}", rs->base);
+    json_t *res = call_tool(tool, args, NULL, &rc);
+    assert_contains(json_string_value(
+                        json_object_get(json_array_get(json_object_get(res, "chunks"), 0), "text")),
+                    "admin token");
     json_decref(res);
     af_tool_free(tool);
 }
@@ -784,8 +876,7 @@ static void test_rag_embeddings(void **state)
         add_route(rs, "/v1/embeddings", ROUTE_EMBED, 200, "application/json", NULL, 0);
     char eurl[128];
     snprintf(eurl, sizeof eurl, "%s/v1", rs->base);
-    struct af_tool *tool =
-        tool_with(af_tool_web_rag_new, "embed_url", eurl, "embed_model", "my-embedder");
+    struct af_tool *tool = rag_with("embed_url", eurl, "embed_model", "my-embedder");
     char args[256];
     snprintf(args, sizeof args, "{\"query\": \"fire mountain\", \"url\": \"%s/page\"}", rs->base);
     int rc;
@@ -810,7 +901,7 @@ static void test_rag_embeddings(void **state)
 
     /* A failing endpoint falls back to BM25 with a warning. */
     snprintf(eurl, sizeof eurl, "%s/nowhere", rs->base);
-    tool = tool_with(af_tool_web_rag_new, "embed_url", eurl, NULL, NULL);
+    tool = rag_with("embed_url", eurl, NULL, NULL);
     res = call_tool(tool, args, NULL, &rc);
     assert_int_equal(rc, AF_ETOOL);
     assert_string_equal(json_string_value(json_object_get(res, "ranking")), "bm25");
@@ -950,6 +1041,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_rag_plain_text_and_types, setup, teardown),
         cmocka_unit_test_setup_teardown(test_rag_limits, setup, teardown),
         cmocka_unit_test_setup_teardown(test_rag_embeddings, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_rag_blocks_private, setup, teardown),
         cmocka_unit_test_setup_teardown(test_retrieve_happy, setup, teardown),
         cmocka_unit_test_setup_teardown(test_retrieve_errors, setup, teardown),
         cmocka_unit_test(test_registry),

@@ -52,8 +52,13 @@ AF_NODISCARD int af_trace_open(const char *path, struct af_trace **out, char *er
  * overlap. Owned: af_trace_close. */
 typedef void (*af_trace_fn)(void *user, const json_t *record);
 struct af_trace *af_trace_new_fn(af_trace_fn fn, void *user);
-/* Appends one record (a JSON object; borrowed). Safe from any thread. */
+/* Appends one record (a JSON object; borrowed). Returns AF_EIO (or AF_ENOMEM) when it could
+ * not be written; the first such failure stays on the handle. Safe from any thread. */
 int af_trace_write(struct af_trace *t, const json_t *record);
+/* AF_OK when every record so far was written; else the first failure's code, its message
+ * (naming the file and the cause) in err, and the count of lost records in *n_lost (may be
+ * NULL). Safe from any thread. */
+int af_trace_status(struct af_trace *t, size_t *n_lost, char *err, size_t errlen);
 void af_trace_close(struct af_trace *t);
 
 /* --- Solving -------------------------------------------------------------------------- */
@@ -90,9 +95,12 @@ struct af_flow_call_info {
 
 struct af_flow_params {
     int max_steps;           /* default 10 */
-    double max_time_s;       /* default 300; checked before each step */
+    double max_time_s;       /* default 300; bounds the turns, calls in flight included (one
+                                cut off ends the turns); the final answer then gets at most
+                                min(max_time_s, 60) s more */
     int max_parse_retries;   /* extra tries for an unparsable module output; default 1 */
-    size_t max_result_chars; /* cap on each string in a tool result; default 100000 */
+    size_t max_result_chars; /* cap on each string in a tool result and on each module's
+                                reply (bytes, cut at a UTF-8 boundary); default 100000 */
     double tool_timeout_s;   /* deadline handed to each tool call; default 120 */
     int detailed_answer;     /* also write the long final answer; default 0 */
     int render_python;       /* tool list, cards and memory in prompts as Python literals, as the

@@ -46,6 +46,10 @@ struct af_llm_request {
      * "verifier", "final_output", "direct_output"), NULL for other callers (tools). Back-ends
      * that answer by role (the practice world's expert) read it; the others ignore it. */
     const char *module;
+    /* af_clock_ms() value by which the call must have ended, retries and waits included
+     * (a solve's --max-time); 0 = none. Back-ends that cannot stop mid-call check it before
+     * starting. A call cut off by it fails with AF_ETIMEOUT. */
+    double deadline_ms;
 };
 
 /* Everything a reply can carry. Every pointer is owned by the reply (af_llm_reply_deinit). */
@@ -109,7 +113,12 @@ struct af_llm_openai_params {
     double backoff_max_ms;     /* cap per wait; default 30000 */
     double retry_budget_ms;    /* total time across attempts and waits; default 600000 */
     size_t max_response_bytes; /* default 64 MiB */
+    /* Once the reply has begun, a window of stall_timeout_ms that brings fewer than
+     * AF_LLM_STALL_MIN_BYTES of it fails the attempt as a time-out (a stalled or dripping
+     * stream); 0 = no check. Default 30000. */
+    long stall_timeout_ms;
 };
+#define AF_LLM_STALL_MIN_BYTES 512
 struct af_llm_openai_params af_llm_openai_default_params(void);
 
 /* Creates an HTTP back-end. Strings are copied. On failure returns NULL and writes a message

@@ -250,7 +250,8 @@ void run_common_usage(FILE *f)
                "\n"
                "flow:\n"
                "  --max-steps N      turns (default 10)\n"
-               "  --max-time S       seconds, checked before each turn (default 300)\n"
+               "  --max-time S       seconds for the turns, a call in flight included; the\n"
+               "                     answer then gets at most min(S, 60) more (default 300)\n"
                "  --tools LIST       comma-separated tool names (default: all built-ins)\n"
                "  --prompts DIR      override prompt templates with DIR/NAME.txt\n"
                "  --render STYLE     json (default) or python: the tool list, cards and memory\n"
@@ -364,6 +365,17 @@ int run_ctx_enable_cache(struct run_ctx *rc, const char *path, int flags, char *
         rc->params.slots[i].llm = wrap;
     }
     return AF_OK;
+}
+
+int run_trace_check(struct run_ctx *rc)
+{
+    char err[600];
+    size_t n_lost = 0;
+    if (af_trace_status(rc->trace, &n_lost, err, sizeof err) == AF_OK)
+        return CLI_OK;
+    fprintf(stderr, "agentflow run: --trace %s (%zu record%s lost)\n", err, n_lost,
+            n_lost == 1 ? "" : "s");
+    return CLI_EINPUT;
 }
 
 void run_ctx_close(struct run_ctx *rc)
@@ -480,12 +492,17 @@ static void batch_job(void *arg, size_t i)
         b->n_failed++;
     else
         b->n_done++;
-    if (!b->quiet || err != AF_OK || wrc != AF_OK)
-        fprintf(stderr, "[batch %zu/%zu] id=%s %s%s\n", b->n_done + b->n_failed, b->n_items, it->id,
+    if (!b->quiet || err != AF_OK || wrc != AF_OK) {
+        char *id = cli_term_text(stderr, it->id, 1);
+        char *why = cli_term_text(stderr, err != AF_OK && res.errmsg ? res.errmsg : "", 1);
+        fprintf(stderr, "[batch %zu/%zu] id=%s %s%s\n", b->n_done + b->n_failed, b->n_items, id,
                 err != AF_OK ? "failed: "
                 : wrc        ? "write failed"
                              : "done",
-                err != AF_OK && res.errmsg ? res.errmsg : "");
+                why);
+        free(id);
+        free(why);
+    }
     pthread_mutex_unlock(&b->mu);
     free(line);
     json_decref(j);
@@ -518,6 +535,8 @@ int batch_run(struct run_ctx *rc, const char *in_path, const char *out_path, int
                 json_object_size(done), out_path);
     if (b.n_failed)
         code = CLI_EBACKEND;
+    if (run_trace_check(rc) != CLI_OK && code == CLI_OK)
+        code = CLI_EINPUT;
 out:
     af_linelog_close(b.out);
     for (size_t i = 0; i < b.n_items; i++) {

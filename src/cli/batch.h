@@ -72,6 +72,9 @@ struct run_ctx {
  * an exit code on failure. The config must outlive the context. */
 int run_ctx_open(struct run_ctx *rc, const struct run_config *cfg);
 void run_ctx_close(struct run_ctx *rc);
+/* CLI_OK when every trace record so far was written (or there is no trace); else prints the
+ * first failure and the count of lost records and returns CLI_EINPUT. */
+int run_trace_check(struct run_ctx *rc);
 
 /* Puts the response cache file `path` in front of every slot's back-end (flags: 0 = greedy
  * calls only, or AF_LLM_CACHE_ALL). Returns AF_OK or AF_EIO with err naming the file. */

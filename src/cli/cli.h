@@ -37,6 +37,18 @@ int cmd_train_plot(int argc, char **argv);
  * part with an optional "+lora:DIR") has random weights (made by `model make-random`). */
 void cli_note_random_weights(const char *path);
 
+/* A copy of s (NULL = "") to print on f: when f is a terminal, escape sequences (CSI, OSC
+ * and the other ESC strings, whole) and control characters (C0 but newline and tab, DEL,
+ * C1) are dropped, so a model's output cannot act on the terminal, and
+ * invalid UTF-8 bytes become U+FFFD; one_line turns newlines and tabs into spaces too.
+ * Elsewhere the bytes are kept exact. Owned by the caller: free(). */
+char *cli_term_text(FILE *f, const char *s, int one_line);
+
+/* When `in` and `out` name one file (af_file_same), prints why `cmd` refuses it (naming both
+ * flags) and returns CLI_EUSAGE; else CLI_OK. Either path may be NULL. */
+int cli_refuse_same_file(const char *cmd, const char *in_flag, const char *in, const char *out_flag,
+                         const char *out);
+
 /* Maps an AF_E* code of a failed solve to an exit code. */
 int cli_exit_for(int af_err);
 

@@ -21,12 +21,15 @@ static void index_usage(FILE *f)
                "build  reads JSONL ({\"id\",\"title\",\"text\"} per line) or the DPR / Search-R1\n"
                "       passage TSV (id, text, title; header skipped), plain or gzip'd, into an\n"
                "       SQLite FTS5 index at DB (written as DB.tmp, renamed at the end).\n"
-               "       --skip-bad counts and skips malformed lines instead of failing.\n"
+               "       --skip-bad counts and skips malformed lines instead of failing (a\n"
+               "       truncated or damaged gzip stream still fails). Blank lines are counted.\n"
                "       --shards N builds N FTS5 tables in parallel (default: one per CPU, at\n"
                "       most 4; 1 to 16); queries score over all of them as over one table.\n"
                "query  prints the N best passages (default 5) as a JSON array of\n"
                "       {id, title, text, score}, best first.\n"
                "Use the index with --wiki-db DB or AGENTFLOW_WIKI_DB=DB.\n"
+               "A killed build leaves DB.tmp and DB.tmp.N behind; any index command on DB\n"
+               "removes them first, unless a live build still holds them.\n"
                "Exit codes: 0 ok, 2 usage, 4 bad input file or database.\n");
 }
 
@@ -87,6 +90,8 @@ static int index_build(int argc, char **argv)
         index_usage(stderr);
         return CLI_EUSAGE;
     }
+    if (cli_refuse_same_file("agentflow index build", "--input", in, "--out", out) != CLI_OK)
+        return CLI_EUSAGE;
     struct progress pr = {.t0 = af_clock_ms(), .tty = isatty(2)};
     p.progress = on_progress;
     p.user = &pr;
@@ -100,10 +105,13 @@ static int index_build(int argc, char **argv)
         return exit_for(rc);
     }
     double secs = st.build_ms / 1000.0;
+    if (st.n_stale_removed)
+        fprintf(stderr, "removed %zu file%s left by an interrupted build of %s\n",
+                st.n_stale_removed, st.n_stale_removed == 1 ? "" : "s", out);
     fprintf(stderr,
-            "indexed %zu passages (%zu bad lines skipped) from %s into %s in %.1f s "
-            "(%.0f passages/s)\n",
-            st.n_passages, st.n_skipped, in, out, secs,
+            "indexed %zu passages (%zu bad lines skipped, %zu blank lines) from %s into %s in "
+            "%.1f s (%.0f passages/s)\n",
+            st.n_passages, st.n_skipped, st.n_blank, in, out, secs,
             secs > 0 ? (double)st.n_passages / secs : 0.0);
     return CLI_OK;
 }
@@ -135,6 +143,10 @@ static int index_query(int argc, char **argv)
         index_usage(stderr);
         return CLI_EUSAGE;
     }
+    size_t n_stale = 0;
+    if (wiki_index_remove_stale(pos[0], &n_stale) == 0 && n_stale)
+        fprintf(stderr, "removed %zu file%s left by an interrupted build of %s\n", n_stale,
+                n_stale == 1 ? "" : "s", pos[0]);
     struct wiki_index *ix = NULL;
     json_t *hits = NULL;
     char err[1024];

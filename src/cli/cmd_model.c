@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "agentflow/engine.h"
 #include "cli/cli.h"
@@ -375,9 +376,10 @@ static int do_logits(const struct model_args *a)
         fprintf(stderr, "agentflow model logits: out of memory\n");
         code = CLI_EBACKEND;
     }
-    if (!code && af_engine_logits(e, ids, n, 0, logits, err, sizeof err)) {
+    int rc = code ? AF_OK : af_engine_logits(e, ids, n, 0, logits, err, sizeof err);
+    if (rc) {
         fprintf(stderr, "agentflow model logits: %s\n", err);
-        code = CLI_EBACKEND;
+        code = rc == AF_EPARSE ? CLI_EINPUT : CLI_EBACKEND; /* EPARSE: weights that overflow */
     }
     if (!code) {
         for (int64_t i = 0; i < nv; i++) {
@@ -400,9 +402,18 @@ static int do_logits(const struct model_args *a)
 
 static int stream_piece(void *user, int32_t id, const char *piece, size_t len)
 {
-    (void)user;
     (void)id;
-    fwrite(piece, 1, len, stdout);
+    if (*(const int *)user) {
+        /* a terminal: escape and control bytes from the model must not act on it; a piece may
+         * hold part of a UTF-8 character, so only single control bytes go */
+        for (size_t i = 0; i < len; i++) {
+            unsigned char c = (unsigned char)piece[i];
+            if ((c >= 0x20 && c != 0x7f) || c == '\n' || c == '\t')
+                fputc(c, stdout);
+        }
+    } else {
+        fwrite(piece, 1, len, stdout);
+    }
     fflush(stdout);
     return 0;
 }
@@ -440,12 +451,16 @@ static int do_generate(struct model_args *a)
     char err[1024];
     code = prompt_ids(e, a, a->prompt, &ids, &n);
     if (!code) {
-        if (!a->json)
+        int tty = isatty(fileno(stdout));
+        if (!a->json) {
             a->gp.on_token = stream_piece;
+            a->gp.user = &tty;
+        }
         struct af_engine_result r;
-        if (af_engine_generate(e, ids, n, &a->gp, &r, err, sizeof err)) {
+        int rc = af_engine_generate(e, ids, n, &a->gp, &r, err, sizeof err);
+        if (rc) {
             fprintf(stderr, "\nagentflow model generate: %s\n", err);
-            code = CLI_EBACKEND;
+            code = rc == AF_EPARSE ? CLI_EINPUT : CLI_EBACKEND; /* EPARSE: weights that overflow */
         } else if (a->json) {
             print_result_json(&r);
         } else {
@@ -537,6 +552,9 @@ static int do_make_random(const struct model_args *a)
         fprintf(stderr, "agentflow model make-random: expected --arch ARCH ... OUT.gguf\n");
         return CLI_EUSAGE;
     }
+    if (cli_refuse_same_file("agentflow model make-random", "--vocab-from", a->rp.vocab_from, "OUT",
+                             a->pos[0]) != CLI_OK)
+        return CLI_EUSAGE;
     int rc = af_engine_make_random(&a->rp, a->pos[0], err, sizeof err);
     if (rc) {
         fprintf(stderr, "agentflow model make-random: %s\n", err);
@@ -555,6 +573,9 @@ static int do_quantize(const struct model_args *a)
         fprintf(stderr, "agentflow model quantize: expected IN.gguf OUT.gguf TYPE\n");
         return CLI_EUSAGE;
     }
+    if (cli_refuse_same_file("agentflow model quantize", "IN", a->pos[0], "OUT", a->pos[1]) !=
+        CLI_OK)
+        return CLI_EUSAGE;
     int rc = af_engine_quantize(a->pos[0], a->pos[1], a->pos[2], err, sizeof err);
     if (rc) {
         fprintf(stderr, "agentflow model quantize: %s\n", err);
@@ -577,6 +598,9 @@ static int do_merge(const struct model_args *a)
                 a->merge_type);
         return CLI_EUSAGE;
     }
+    if (cli_refuse_same_file("agentflow model merge", "BASE", a->pos[0], "OUT", a->pos[2]) !=
+        CLI_OK)
+        return CLI_EUSAGE;
     struct lora_merge_stats st = {0, 0};
     if (lora_merge_files(a->pos[0], a->pos[1], a->pos[2], a->merge_type, &st, err, sizeof err)) {
         fprintf(stderr, "agentflow model merge: %s\n", err);

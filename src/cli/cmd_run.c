@@ -117,12 +117,20 @@ static int parse_args(int argc, char **argv, struct cmd_run_args *a)
 static void on_step(void *user, const struct af_flow_step_info *s)
 {
     const int *tty = user;
+    char *qid = cli_term_text(stderr, s->query_id, 1);
+    char *tool = cli_term_text(stderr, s->tool[0] ? s->tool : "(none)", 1);
+    char *goal = cli_term_text(stderr, s->sub_goal, 1);
     fprintf(stderr, "%s[%s%sstep %d] tool=%s verdict=%s%s time=%.2fs sub-goal: %.200s",
-            *tty ? "\r\033[K" : "", s->query_id[0] ? s->query_id : "", s->query_id[0] ? " " : "",
-            s->step, s->tool[0] ? s->tool : "(none)", s->verdict, s->failed ? " (failed)" : "",
-            s->step_ms / 1000.0, s->sub_goal ? s->sub_goal : "");
-    if (s->failed && s->reason)
-        fprintf(stderr, "\n    failed because %.400s", s->reason);
+            *tty ? "\r\033[K" : "", qid, qid[0] ? " " : "", s->step, tool, s->verdict,
+            s->failed ? " (failed)" : "", s->step_ms / 1000.0, goal);
+    free(qid);
+    free(tool);
+    free(goal);
+    if (s->failed && s->reason) {
+        char *why = cli_term_text(stderr, s->reason, 1);
+        fprintf(stderr, "\n    failed because %.400s", why);
+        free(why);
+    }
     fprintf(stderr, "\n");
 }
 
@@ -173,13 +181,19 @@ static int solve_one(struct run_ctx *rc, const struct run_config *cfg, const cha
         free(s);
         json_decref(j);
     } else if (err == AF_OK) {
-        printf("%s\n", res.answer ? res.answer : "");
+        char *answer = cli_term_text(stdout, res.answer, 0);
+        printf("%s\n", answer);
+        free(answer);
     }
     if (err != AF_OK) {
-        fprintf(stderr, "agentflow run: %s\n", res.errmsg ? res.errmsg : af_strerror(err));
+        char *msg = cli_term_text(stderr, res.errmsg ? res.errmsg : af_strerror(err), 0);
+        fprintf(stderr, "agentflow run: %s\n", msg);
+        free(msg);
         code = cli_exit_for(err);
     }
     af_flow_result_deinit(&res);
+    if (run_trace_check(rc) != CLI_OK && code == CLI_OK)
+        code = CLI_EINPUT;
     return code;
 }
 
@@ -214,7 +228,15 @@ int cmd_run(int argc, char **argv)
         code = CLI_EUSAGE;
         goto out;
     }
+    if ((code = cli_refuse_same_file("agentflow run", "--batch", a.batch_in, "--out",
+                                     a.batch_out)) != CLI_OK)
+        goto out;
     if ((code = run_build_config(&a.common, "agentflow run", &cfg)) != CLI_OK)
+        goto out;
+    if ((code = cli_refuse_same_file("agentflow run", "--batch", a.batch_in, "--trace",
+                                     cfg.trace)) != CLI_OK ||
+        (code = cli_refuse_same_file("agentflow run", "--out", a.batch_out, "--trace",
+                                     cfg.trace)) != CLI_OK)
         goto out;
     if ((code = run_ctx_open(&rc, &cfg)) != CLI_OK)
         goto out;

@@ -27,6 +27,7 @@ void config_init(struct run_config *c)
         c->slots[i].api_key_env = af_xstrdup("OPENAI_API_KEY");
         c->slots[i].timeout_s = 300;
         c->slots[i].connect_timeout_s = 10;
+        c->slots[i].stall_timeout_s = 30;
         c->slots[i].max_retries = 5;
     }
     c->max_steps = d.max_steps;
@@ -106,7 +107,7 @@ static int apply_slot_key(struct slot_cfg *s, const char *k, const json_t *v, co
                 json_string_value(v));
     } else if (!strcmp(k, "temperature") || !strcmp(k, "top_p") ||
                !strcmp(k, "frequency_penalty") || !strcmp(k, "timeout_s") ||
-               !strcmp(k, "connect_timeout_s")) {
+               !strcmp(k, "connect_timeout_s") || !strcmp(k, "stall_timeout_s")) {
         if (!json_is_number(v) || json_number_value(v) < 0)
             return bad(err, errlen, origin, k, "a non-negative number");
         double d = json_number_value(v);
@@ -114,6 +115,7 @@ static int apply_slot_key(struct slot_cfg *s, const char *k, const json_t *v, co
                       : !strcmp(k, "top_p")             ? &s->sampling.top_p
                       : !strcmp(k, "frequency_penalty") ? &s->sampling.frequency_penalty
                       : !strcmp(k, "timeout_s")         ? &s->timeout_s
+                      : !strcmp(k, "stall_timeout_s")   ? &s->stall_timeout_s
                                                         : &s->connect_timeout_s;
         *dst = d;
     } else if (!strcmp(k, "max_tokens") || !strcmp(k, "max_retries")) {
@@ -442,6 +444,7 @@ static struct af_llm *open_one(const struct run_config *c, const struct slot_cfg
     p.api_key = s->api_key_env ? getenv(s->api_key_env) : NULL;
     p.timeout_ms = (long)(s->timeout_s * 1000.0);
     p.connect_timeout_ms = (long)(s->connect_timeout_s * 1000.0);
+    p.stall_timeout_ms = (long)(s->stall_timeout_s * 1000.0);
     p.max_retries = s->max_retries;
     return af_llm_openai_new(&p, err, errlen);
 }
@@ -451,7 +454,7 @@ static int same_endpoint(const struct slot_cfg *a, const struct slot_cfg *b)
     return a->url && b->url && !strcmp(a->url, b->url) &&
            !strcmp(a->api_key_env ? a->api_key_env : "", b->api_key_env ? b->api_key_env : "") &&
            a->timeout_s == b->timeout_s && a->connect_timeout_s == b->connect_timeout_s &&
-           a->max_retries == b->max_retries;
+           a->stall_timeout_s == b->stall_timeout_s && a->max_retries == b->max_retries;
 }
 
 int backends_open(const struct run_config *c, struct backends *b, char *err, size_t errlen)
@@ -504,12 +507,12 @@ void config_flow_params(const struct run_config *c, const struct backends *b,
 
 static json_t *slot_json(const struct slot_cfg *s)
 {
-    json_t *j =
-        json_pack("{s:s?,s:s?,s:s?,s:f,s:f,s:i,s:f,s:f,s:f,s:i}", "url", s->url, "model", s->model,
-                  "api_key_env", s->api_key_env, "temperature", s->sampling.temperature, "top_p",
-                  s->sampling.top_p, "max_tokens", s->sampling.max_tokens, "frequency_penalty",
-                  s->sampling.frequency_penalty, "timeout_s", s->timeout_s, "connect_timeout_s",
-                  s->connect_timeout_s, "max_retries", s->max_retries);
+    json_t *j = json_pack(
+        "{s:s?,s:s?,s:s?,s:f,s:f,s:i,s:f,s:f,s:f,s:f,s:i}", "url", s->url, "model", s->model,
+        "api_key_env", s->api_key_env, "temperature", s->sampling.temperature, "top_p",
+        s->sampling.top_p, "max_tokens", s->sampling.max_tokens, "frequency_penalty",
+        s->sampling.frequency_penalty, "timeout_s", s->timeout_s, "connect_timeout_s",
+        s->connect_timeout_s, "stall_timeout_s", s->stall_timeout_s, "max_retries", s->max_retries);
     if (s->sampling.has_seed)
         json_object_set_new(j, "seed", json_integer((json_int_t)s->sampling.seed));
     if (s->sampling.n_stop) {

@@ -22,6 +22,7 @@ struct slot_cfg {
     char *stop[AF_LLM_MAX_STOP]; /* owned; sampling.stop points here */
     double timeout_s;
     double connect_timeout_s;
+    double stall_timeout_s; /* a reply that begins then stalls this long fails; 0 = no check */
     int max_retries;
 };
 

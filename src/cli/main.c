@@ -41,12 +41,11 @@ int cli_exit_for(int af_err)
     case AF_ETIMEOUT:
     case AF_EIO:
     case AF_ENOTFOUND:
-    case AF_EPARSE: /* a back-end's reply that could not be read (malformed JSON) */
+    case AF_EPARSE:  /* a back-end's reply that could not be read (malformed JSON) */
+    case AF_ETOOBIG: /* a reply over max_response_bytes */
         return CLI_EBACKEND;
     case AF_EINVAL:
         return CLI_EUSAGE;
-    case AF_ETOOBIG: /* a named input over a limit */
-        return CLI_EINPUT;
     default: /* a tool's or the engine's failure, or a bug: not the user's input */
         return CLI_EBACKEND;
     }

@@ -158,10 +158,14 @@ int af_linelog_append(struct af_linelog *log, const char *line, size_t len)
     }
     pthread_mutex_lock(&log->mu);
     int rc = write_all(log->fd, p, len) == 0 ? AF_OK : AF_EIO;
-    if (rc == AF_OK && log->do_fsync && fdatasync(log->fd) != 0)
+    /* EINVAL/EROFS: a pipe or a device (--trace /dev/stderr) that cannot be synced */
+    if (rc == AF_OK && log->do_fsync && fdatasync(log->fd) != 0 && errno != EINVAL &&
+        errno != EROFS)
         rc = AF_EIO;
+    int saved = errno;
     pthread_mutex_unlock(&log->mu);
     free(tmp);
+    errno = saved; /* the caller may name the cause */
     return rc;
 }
 
@@ -172,4 +176,12 @@ void af_linelog_close(struct af_linelog *log)
     close(log->fd);
     pthread_mutex_destroy(&log->mu);
     free(log);
+}
+
+int af_file_same(const char *a, const char *b)
+{
+    struct stat sa, sb;
+    if (!a || !b || stat(a, &sa) != 0 || stat(b, &sb) != 0)
+        return 0;
+    return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
 }

@@ -22,12 +22,17 @@ AF_NODISCARD int af_file_write_atomic(const char *path, const void *data, size_t
                                       size_t errlen);
 
 /* An append-only JSONL log: each line is written with one write() and fsync'd. */
+/* 1 when a and b name one existing file (same device and inode: links and other spellings
+ * of a path included), else 0. */
+int af_file_same(const char *a, const char *b);
+
 struct af_linelog;
 
 /* Opens (creating) `path` for appending. *out is owned by the caller (af_linelog_close). */
 AF_NODISCARD int af_linelog_open(const char *path, struct af_linelog **out, char *err,
                                  size_t errlen);
-/* Appends `line` (a '\n' is added when missing) and fsyncs. Safe from any thread. */
+/* Appends `line` (a '\n' is added when missing) and fsyncs (a pipe or device that cannot be
+ * synced is not an error). On AF_EIO errno names the cause. Safe from any thread. */
 AF_NODISCARD int af_linelog_append(struct af_linelog *log, const char *line, size_t len);
 /* Sets whether af_linelog_append fsyncs (default on). */
 void af_linelog_set_fsync(struct af_linelog *log, int on);

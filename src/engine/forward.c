@@ -456,6 +456,47 @@ static void head(struct fwd_ctx *c, int64_t first, int64_t nb, float *logits)
     matmul(c, &m->output, c->xn, nb - first, logits);
 }
 
+static int all_finite(const float *x, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        if (!isfinite(x[i]))
+            return 0;
+    return 1;
+}
+
+/* Runs every layer on the micro-batch, checking the residual stream after each: weights that
+ * are finite but huge (3e38) overflow to Inf and then NaN, which must be an error naming the
+ * layer, never logits printed as -nan or sampled into garbage. The check reads nb * n_embd
+ * floats per layer, next to the layer's nb * n_embd^2 multiply-adds. */
+static int layers_checked(struct fwd_ctx *c, int64_t nb, char *err, size_t errlen)
+{
+    const struct model_hparams *hp = &c->m->hp;
+    for (int64_t il = 0; il < hp->n_layer; il++) {
+        layer(c, il, nb);
+        if (!all_finite(c->x, nb * hp->n_embd)) {
+            af_errf(err, errlen,
+                    "%s: layer %lld (blk.%lld.*) produced NaN or Inf activations: its weights "
+                    "overflow float arithmetic",
+                    c->m->path, (long long)il, (long long)il);
+            return AF_EPARSE;
+        }
+    }
+    return AF_OK;
+}
+
+/* The logits rows just computed, checked the same way (output_norm, output.weight). */
+static int logits_checked(const struct fwd_ctx *c, const float *logits, int64_t rows, char *err,
+                          size_t errlen)
+{
+    if (all_finite(logits, rows * c->m->hp.n_vocab))
+        return AF_OK;
+    af_errf(err, errlen,
+            "%s: the output head (output_norm, output.weight) produced NaN or Inf logits: its "
+            "weights overflow float arithmetic",
+            c->m->path);
+    return AF_EPARSE;
+}
+
 int fwd_eval(struct fwd_ctx *c, struct kv_seq *s, const int32_t *tokens, int64_t n,
              enum fwd_logits want, float *logits, char *err, size_t errlen)
 {
@@ -482,14 +523,21 @@ int fwd_eval(struct fwd_ctx *c, struct kv_seq *s, const int32_t *tokens, int64_t
         }
         embed(c, tokens + done, nb);
         rope_tables(c, nb);
-        for (int64_t il = 0; il < hp->n_layer; il++)
-            layer(c, il, nb);
+        int rc = layers_checked(c, nb, err, errlen);
+        if (rc)
+            return rc;
         memcpy(s->tokens + pos0, tokens + done, (size_t)nb * sizeof *tokens);
         s->n += nb;
-        if (want == FWD_LOGITS_ALL)
-            head(c, 0, nb, logits + (size_t)done * (size_t)hp->n_vocab);
-        else if (want == FWD_LOGITS_LAST && done + nb == n)
+        if (want == FWD_LOGITS_ALL) {
+            float *rows = logits + (size_t)done * (size_t)hp->n_vocab;
+            head(c, 0, nb, rows);
+            rc = logits_checked(c, rows, nb, err, errlen);
+        } else if (want == FWD_LOGITS_LAST && done + nb == n) {
             head(c, nb - 1, nb, logits);
+            rc = logits_checked(c, logits, 1, err, errlen);
+        }
+        if (rc)
+            return rc;
     }
     return AF_OK;
 }
@@ -535,12 +583,13 @@ int fwd_eval_rows(struct fwd_ctx *c, struct kv_seq *const *seqs, const int32_t *
     }
     embed(c, tokens, n);
     rope_tables(c, n);
-    for (int64_t il = 0; il < hp->n_layer; il++)
-        layer(c, il, n);
+    int rc = layers_checked(c, n, err, errlen);
+    if (rc)
+        return rc;
     for (int64_t j = 0; j < n; j++) {
         seqs[j]->tokens[c->row_pos[j]] = tokens[j];
         seqs[j]->n = c->row_pos[j] + 1;
     }
     head(c, 0, n, logits);
-    return AF_OK;
+    return logits_checked(c, logits, n, err, errlen);
 }

@@ -62,7 +62,9 @@ enum fwd_logits { FWD_LOGITS_NONE, FWD_LOGITS_LAST, FWD_LOGITS_ALL };
 /* Appends n tokens to s and computes their keys and values (in batches). Logits of the last
  * token (FWD_LOGITS_LAST) or of each new token (FWD_LOGITS_ALL, n rows) go to `logits`
  * (n_vocab floats per row; caller-provided). Fails with AF_EINVAL (message in err) on a token
- * id outside the vocabulary or when the sequence would exceed max_ctx; s is unchanged then. */
+ * id outside the vocabulary or when the sequence would exceed max_ctx; s is unchanged then.
+ * Fails with AF_EPARSE naming the layer (or the output head) when the weights make the
+ * activations or logits non-finite; s may then hold part of the tokens. */
 AF_NODISCARD int fwd_eval(struct fwd_ctx *c, struct kv_seq *s, const int32_t *tokens, int64_t n,
                           enum fwd_logits want, float *logits, char *err, size_t errlen);
 
@@ -72,7 +74,7 @@ AF_NODISCARD int fwd_eval(struct fwd_ctx *c, struct kv_seq *s, const int32_t *to
  * draft is verified). logits gets n rows of n_vocab floats. With invariant mode on, each row
  * has the bits it would have alone. AF_EINVAL names the row at fault (a full context, a bad
  * id, a sequence in rows that are not adjacent, more than FWD_MAX_ROWS rows); no sequence
- * changes then. */
+ * changes then. AF_EPARSE as fwd_eval for non-finite values. */
 #define FWD_MAX_ROWS 256
 AF_NODISCARD int fwd_eval_rows(struct fwd_ctx *c, struct kv_seq *const *seqs, const int32_t *tokens,
                                int64_t n, float *logits, char *err, size_t errlen);

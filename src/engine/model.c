@@ -421,9 +421,16 @@ int model_load(const char *path, struct model **out, char *err, size_t errlen)
         rc = load_weights(&L);
     if (rc == AF_OK)
         rc = load_tokenizer(m, hf ? dir : NULL, err, errlen);
-    if (rc == AF_OK && m->tok && (int64_t)tok_n_vocab(m->tok) > m->hp.n_vocab) {
-        af_errf(err, errlen, "%s: the vocabulary has %zu tokens but token_embd.weight only %lld",
-                path, tok_n_vocab(m->tok), (long long)m->hp.n_vocab);
+    /* A GGUF lists one token per embedding row, as llama.cpp requires (converters pad the
+     * list, e.g. Qwen2.5's 151665 tokens to 151936 with [PAD] entries); a Hugging Face
+     * tokenizer.json may list fewer than the padded rows, never more. */
+    if (rc == AF_OK && m->tok &&
+        ((int64_t)tok_n_vocab(m->tok) > m->hp.n_vocab ||
+         (!hf && (int64_t)tok_n_vocab(m->tok) != m->hp.n_vocab))) {
+        af_errf(err, errlen,
+                "%s: %s has %zu tokens but token_embd.weight has %lld rows; they must be %s", path,
+                hf ? "tokenizer.json" : "tokenizer.ggml.tokens", tok_n_vocab(m->tok),
+                (long long)m->hp.n_vocab, hf ? "at most as many" : "equal");
         rc = AF_EPARSE;
     }
     if (rc) {

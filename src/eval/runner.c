@@ -347,6 +347,12 @@ static void run_job(void *user, size_t k)
     int rc = af_flow_solve(&p, id, eval_item_query(item), &res);
     oc.latency_ms = af_clock_ms() - t0;
     oc.steps = res.steps;
+    char terr[600];
+    if (af_trace_status(p.trace, NULL, terr, sizeof terr) != AF_OK) { /* said, not silent */
+        pthread_mutex_lock(&r->mu);
+        eval_progress_message(&r->progress, terr);
+        pthread_mutex_unlock(&r->mu);
+    }
     af_trace_close(p.trace);
     if (rc == AF_OK) {
         finish_job(r, jb, item, &res, rel, &oc);

@@ -21,6 +21,9 @@ struct solve_ctx {
     char *toolbox_metadata; /* JSON object name -> card */
     char *tools_brief;      /* one line per tool (flow/brief.h) */
     double t0;
+    double deadline_ms;      /* af_clock_ms() by which the current phase's calls must end */
+    int time_up;             /* a call was cut off by max_time: the turns are over */
+    int in_generator;        /* the final answer is being written (its own deadline) */
     int step;                /* current step, 0 during query analysis */
     const char *tool_module; /* "tool:NAME" while a tool runs, for its LLM calls */
 };

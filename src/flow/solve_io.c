@@ -108,6 +108,23 @@ static void record_llm(struct solve_ctx *c, const char *module, const char *slot
     json_decref(r);
 }
 
+/* Cuts text (owned, returned) to max_chars bytes at a UTF-8 boundary, marking the cut, so one
+ * huge reply cannot grow every later prompt; 0 = no cap. */
+static char *cap_text(char *text, size_t max_chars)
+{
+    size_t n = strlen(text);
+    if (max_chars == 0 || n <= max_chars)
+        return text;
+    size_t cut = max_chars;
+    while (cut > 0 && ((unsigned char)text[cut] & 0xC0) == 0x80)
+        cut--;
+    char note[96];
+    int k = snprintf(note, sizeof note, "... [cut: %zu more bytes]", n - cut);
+    text = af_xrealloc(text, cut + (size_t)k + 1);
+    memcpy(text + cut, note, (size_t)k + 1);
+    return text;
+}
+
 int solve_chat(struct solve_ctx *c, enum af_slot slot, const char *module, const char *prompt,
                const char *prev, const char *retry, char **text)
 {
@@ -124,7 +141,8 @@ int solve_chat(struct solve_ctx *c, enum af_slot slot, const char *module, const
                                  .n_msgs = prev && retry ? 4 : 2,
                                  .sampling = s->sampling,
                                  .model = s->model,
-                                 .module = module};
+                                 .module = module,
+                                 .deadline_ms = c->deadline_ms};
     struct af_llm_reply rep;
     af_llm_reply_init(&rep);
     struct af_flow_call_info ci = {.query_id = c->qid ? c->qid : "",
@@ -146,7 +164,16 @@ int solve_chat(struct solve_ctx *c, enum af_slot slot, const char *module, const
     record_llm(c, module, af_slot_name(slot), &req, &rep);
     if (rc == AF_OK) {
         *text = rep.text ? rep.text : af_xstrdup("");
+        if (!c->in_generator) /* what later prompts carry; the answer is kept whole */
+            *text = cap_text(*text, c->p->max_result_chars);
         rep.text = NULL;
+    } else if (c->deadline_ms > 0 && af_clock_ms() >= c->deadline_ms && !c->in_generator) {
+        c->time_up = 1; /* max_time cut the turns short: the generator still runs */
+    } else if (c->in_generator && c->deadline_ms > 0 && af_clock_ms() >= c->deadline_ms) {
+        char why[4096];
+        snprintf(why, sizeof why, "max_time (%g s) and the answer's allowance ran out: %s",
+                 c->p->max_time_s, rep.errmsg ? rep.errmsg : af_strerror(rc));
+        solve_fail(c, AF_ETIMEOUT, module, why);
     } else {
         solve_fail(c, rc, module, rep.errmsg);
     }
@@ -161,6 +188,13 @@ static void tool_llm_cb(void *user, const struct af_llm_request *req,
     record_llm(c, c->tool_module ? c->tool_module : "tool", "tool", req, reply);
 }
 
+/* tool_timeout_s from now, but never past the solve's own deadline. */
+static double tool_deadline(const struct solve_ctx *c)
+{
+    double d = af_clock_ms() + c->p->tool_timeout_s * 1000.0;
+    return c->deadline_ms > 0 && c->deadline_ms < d ? c->deadline_ms : d;
+}
+
 struct af_tool_ctx solve_tool_ctx(struct solve_ctx *c, char *module_buf, size_t buflen,
                                   const char *tool_name)
 {
@@ -172,7 +206,7 @@ struct af_tool_ctx solve_tool_ctx(struct solve_ctx *c, char *module_buf, size_t 
     struct af_tool_ctx t = {.llm = s->llm,
                             .sampling = &s->sampling,
                             .model = s->model,
-                            .deadline_ms = af_clock_ms() + c->p->tool_timeout_s * 1000.0,
+                            .deadline_ms = tool_deadline(c),
                             .on_llm_call = tool_llm_cb,
                             .user = c};
     return t;

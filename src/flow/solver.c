@@ -28,6 +28,9 @@
 #include "flow/prompts.h"
 #include "flow/solve_int.h"
 
+/* Longest time the final answer may take once max_time is up, in seconds. */
+#define SOLVE_ANSWER_GRACE_S 60.0
+
 const char *af_slot_name(enum af_slot s)
 {
     static const char *names[AF_N_SLOTS] = {"planner", "fixed", "executor", "tool"};
@@ -501,16 +504,28 @@ int af_flow_solve(const struct af_flow_params *p, const char *query_id, const ch
     memset(out, 0, sizeof *out);
     struct solve_ctx c;
     init_ctx(&c, p, query_id, query ? query : "", out);
+    /* max_time bounds the turns, calls in flight included; the final answer then gets at most
+     * min(max_time, SOLVE_ANSWER_GRACE_S) more, so the whole solve ends by the sum. */
+    const double max_ms = p->max_time_s * 1000.0;
+    c.deadline_ms = c.t0 + max_ms;
     int rc = analyze_query(&c);
-    while (rc == AF_OK && c.step < p->max_steps && af_clock_ms() - c.t0 < p->max_time_s * 1000.0) {
+    while (rc == AF_OK && !c.time_up && c.step < p->max_steps && af_clock_ms() < c.deadline_ms) {
         c.step++;
         int stop = 0;
         rc = run_step(&c, &stop);
         if (stop)
             break;
     }
-    if (rc == AF_OK)
+    if (c.time_up || af_clock_ms() >= c.deadline_ms) {
+        json_object_set_new(out->timings, "max_time_reached", json_true());
+        rc = out->err; /* a call cut off by the deadline is not a failure of the solve */
+    }
+    if (rc == AF_OK) {
+        c.in_generator = 1;
+        c.deadline_ms +=
+            max_ms < SOLVE_ANSWER_GRACE_S * 1000.0 ? max_ms : SOLVE_ANSWER_GRACE_S * 1000.0;
         rc = generate(&c);
+    }
     finish_ctx(&c);
     solve_trace_final(&c);
     return out->err;

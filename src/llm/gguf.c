@@ -16,6 +16,7 @@
 
 #include "agentflow/engine.h"
 #include "agentflow/llm.h"
+#include "core/clock.h"
 #include "core/errf.h"
 #include "core/xalloc.h"
 
@@ -127,11 +128,30 @@ static int fail(struct af_llm_reply *reply, int rc, const char *path, const char
     return rc;
 }
 
+struct deadline_watch {
+    double deadline_ms;
+    int fired; /* the generation was stopped by it */
+};
+
+/* on_token: stops the generation once the request's deadline has passed. */
+static int past_deadline_cb(void *user, int32_t id, const char *piece, size_t len)
+{
+    (void)id;
+    (void)piece;
+    (void)len;
+    struct deadline_watch *w = user;
+    if (af_clock_ms() >= w->deadline_ms)
+        w->fired = 1;
+    return w->fired;
+}
+
 static int gguf_llm_chat(void *self, const struct af_llm_request *req, struct af_llm_reply *reply)
 {
     struct gguf_llm *g = self;
     struct af_engine *e = g->e;
     char err[1024] = "";
+    if (req->deadline_ms > 0 && af_clock_ms() >= req->deadline_ms)
+        return fail(reply, AF_ETIMEOUT, g->spec, "not started: the caller's deadline has passed");
     struct af_engine_msg *msgs = af_xcalloc(req->n_msgs ? req->n_msgs : 1, sizeof *msgs);
     for (size_t i = 0; i < req->n_msgs; i++) {
         msgs[i].role = req->msgs[i].role;
@@ -149,12 +169,21 @@ static int gguf_llm_chat(void *self, const struct af_llm_request *req, struct af
     if (rc)
         return fail(reply, rc, g->spec, err);
     struct af_engine_gen_params p = gen_params(&req->sampling);
+    struct deadline_watch watch = {req->deadline_ms, 0};
+    if (watch.deadline_ms > 0) {
+        p.on_token = past_deadline_cb;
+        p.user = &watch;
+    }
     struct af_engine_result res;
     rc = af_engine_generate(e, ids, n_ids, &p, &res, err, sizeof err);
+    if (rc == AF_OK && watch.fired) {
+        snprintf(err, sizeof err, "generation cut off at the caller's deadline");
+        rc = AF_ETIMEOUT;
+    }
     if (rc) {
         free(ids);
         af_engine_result_deinit(&res);
-        return fail(reply, AF_EBACKEND, g->spec, err);
+        return fail(reply, rc == AF_ETIMEOUT ? rc : AF_EBACKEND, g->spec, err);
     }
     reply->text = res.text;
     res.text = NULL;

@@ -54,9 +54,14 @@ struct openai {
 
 /* What one HTTP attempt produced. */
 struct attempt {
-    CURL *curl;         /* borrowed */
-    struct af_buf body; /* limited to max_response_bytes */
-    int too_big;        /* the body hit the limit */
+    CURL *curl;            /* borrowed */
+    struct af_buf body;    /* limited to max_response_bytes */
+    int too_big;           /* the body hit the limit */
+    long stall_ms;         /* the stall window, 0 = no check */
+    int started;           /* a response header has arrived */
+    double mark_ms;        /* start of the current stall window */
+    curl_off_t mark_bytes; /* body bytes received when it began */
+    int stalled;           /* aborted by the stall rule */
     CURLcode cc;
     long status;                              /* 0 when no response */
     char retry_after[OPENAI_RETRY_AFTER_MAX]; /* raw value, "" when absent */
@@ -228,6 +233,10 @@ static size_t on_header(char *buf, size_t size, size_t nitems, void *ud)
     static const char key[] = "retry-after:";
     if (n >= 5 && strncmp(buf, "HTTP/", 5) == 0) {
         a->retry_after[0] = '\0'; /* a new response (after 100 Continue) starts afresh */
+        if (!a->started) {
+            a->started = 1;
+            a->mark_ms = af_clock_ms();
+        }
     } else if (n > sizeof key - 1 && strncasecmp(buf, key, sizeof key - 1) == 0) {
         size_t vlen = n - (sizeof key - 1);
         if (vlen >= sizeof a->retry_after)
@@ -238,10 +247,36 @@ static size_t on_header(char *buf, size_t size, size_t nitems, void *ud)
     return n;
 }
 
-static void attempt_init(struct attempt *a, CURL *c, size_t limit)
+/* The stall rule. curl's own CURLOPT_LOW_SPEED_LIMIT/TIME would also count the silence while
+ * the server generates a non-streamed reply, which is legitimately long, so the window only
+ * starts with the response's first header: from then on each window of stall_ms must bring
+ * AF_LLM_STALL_MIN_BYTES of body, or the attempt ends as a time-out. */
+static int on_progress(void *ud, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal,
+                       curl_off_t ulnow)
+{
+    (void)dltotal;
+    (void)ultotal;
+    (void)ulnow;
+    struct attempt *a = ud;
+    if (!a->started || a->stall_ms <= 0)
+        return 0;
+    double now = af_clock_ms();
+    if (now - a->mark_ms < (double)a->stall_ms)
+        return 0;
+    if (dlnow - a->mark_bytes < AF_LLM_STALL_MIN_BYTES) {
+        a->stalled = 1;
+        return 1; /* CURLE_ABORTED_BY_CALLBACK */
+    }
+    a->mark_ms = now;
+    a->mark_bytes = dlnow;
+    return 0;
+}
+
+static void attempt_init(struct attempt *a, CURL *c, size_t limit, long stall_ms)
 {
     memset(a, 0, sizeof *a);
     a->curl = c;
+    a->stall_ms = stall_ms;
     af_buf_init(&a->body, limit);
 }
 
@@ -262,6 +297,9 @@ static void attempt_run(const struct openai *o, struct attempt *a, const char *b
     curl_easy_setopt(c, CURLOPT_WRITEDATA, a);
     curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, on_header);
     curl_easy_setopt(c, CURLOPT_HEADERDATA, a);
+    curl_easy_setopt(c, CURLOPT_XFERINFOFUNCTION, on_progress);
+    curl_easy_setopt(c, CURLOPT_XFERINFODATA, a);
+    curl_easy_setopt(c, CURLOPT_NOPROGRESS, 0L);
     curl_easy_setopt(c, CURLOPT_ERRORBUFFER, a->curl_err);
     curl_easy_setopt(c, CURLOPT_USERAGENT, "agentflow");
     curl_easy_setopt(c, CURLOPT_TCP_KEEPALIVE, 1L);
@@ -452,6 +490,14 @@ static int judge(const struct openai *o, const struct attempt *a, long timeout_m
                  struct af_llm_reply *reply, struct af_buf *msg, int *retry)
 {
     *retry = 0;
+    if (a->stalled) {
+        *retry = 1;
+        msg_printf(msg,
+                   "POST %s: the reply stalled: fewer than %d bytes arrived in %ld ms "
+                   "(stall_timeout_s)",
+                   o->url, AF_LLM_STALL_MIN_BYTES, a->stall_ms);
+        return AF_ETIMEOUT;
+    }
     if (a->too_big) {
         msg_printf(msg, "POST %s: response body exceeds max_response_bytes (%zu bytes)", o->url,
                    o->p.max_response_bytes);
@@ -489,13 +535,29 @@ static double next_wait_ms(const struct openai *o, const struct attempt *a, int 
 }
 
 /* The total timeout of the next attempt: timeout_ms, shortened to what is left of the retry
- * budget. */
-static long attempt_timeout_ms(const struct openai *o, double t0)
+ * budget and of the caller's deadline (0 = none). *by_deadline says whether the deadline set
+ * it; it is rounded up, so an attempt cut by it ends at or just past it. */
+static long attempt_timeout_ms(const struct openai *o, double t0, double deadline_ms,
+                               int *by_deadline)
 {
-    double left = o->p.retry_budget_ms - (af_clock_ms() - t0);
-    if (left >= (double)o->p.timeout_ms)
+    double now = af_clock_ms();
+    double left = o->p.retry_budget_ms - (now - t0);
+    *by_deadline = 0;
+    if (deadline_ms > 0 && deadline_ms - now < left) {
+        left = ceil(deadline_ms - now) + 1;
+        *by_deadline = 1;
+    }
+    if (left >= (double)o->p.timeout_ms) {
+        *by_deadline = 0;
         return o->p.timeout_ms;
+    }
     return left > 1 ? (long)left : 1;
+}
+
+/* True when the caller's deadline (0 = none) has passed. */
+static int past_deadline(double deadline_ms)
+{
+    return deadline_ms > 0 && af_clock_ms() >= deadline_ms;
 }
 
 static int openai_chat(void *self, const struct af_llm_request *req, struct af_llm_reply *reply)
@@ -516,10 +578,17 @@ static int openai_chat(void *self, const struct af_llm_request *req, struct af_l
     }
     double t0 = af_clock_ms();
     uint64_t rng = openai_rng_seed();
+    const double deadline = req->deadline_ms;
+    if (past_deadline(deadline)) {
+        msg_printf(&msg, "POST %s: not sent: the caller's deadline has passed", o->url);
+        rc = AF_ETIMEOUT;
+        goto out;
+    }
     for (int i = 0;; i++) {
         struct attempt a;
-        attempt_init(&a, c, o->p.max_response_bytes);
-        long timeout_ms = attempt_timeout_ms(o, t0);
+        attempt_init(&a, c, o->p.max_response_bytes, o->p.stall_timeout_ms);
+        int by_deadline = 0;
+        long timeout_ms = attempt_timeout_ms(o, t0, deadline, &by_deadline);
         attempt_run(o, &a, body, strlen(body), timeout_ms);
         reply->n_attempts = i + 1;
         reply->http_status = (int)a.status;
@@ -527,9 +596,22 @@ static int openai_chat(void *self, const struct af_llm_request *req, struct af_l
         int retry = 0;
         rc = judge(o, &a, timeout_ms, reply, &msg, &retry);
         double wait_ms = retry ? next_wait_ms(o, &a, i, &rng) : 0;
+        /* curl's own time-out, when the deadline set it: the call was cut off there */
+        const int cut = a.cc == CURLE_OPERATION_TIMEDOUT && by_deadline;
         attempt_deinit(&a);
+        if (rc != AF_OK && (cut || past_deadline(deadline))) {
+            msg_printf(&msg, "; stopped at the caller's deadline");
+            break;
+        }
         if (rc == AF_OK || !retry || i >= o->p.max_retries)
             break;
+        if (deadline > 0 && af_clock_ms() + wait_ms >= deadline) {
+            msg_printf(&msg,
+                       "; stopped retrying: the next wait of %.0f ms would pass the "
+                       "caller's deadline",
+                       wait_ms);
+            break;
+        }
         double spent_ms = af_clock_ms() - t0;
         if (spent_ms + wait_ms > o->p.retry_budget_ms) {
             msg_printf(&msg,
@@ -594,6 +676,7 @@ struct af_llm_openai_params af_llm_openai_default_params(void)
     p.backoff_max_ms = 30000;
     p.retry_budget_ms = 600000;
     p.max_response_bytes = (size_t)64 << 20;
+    p.stall_timeout_ms = 30000;
     return p;
 }
 
@@ -604,6 +687,8 @@ static int check_params(const struct af_llm_openai_params *p, char *err, size_t 
         bad = "base_url is empty";
     else if (p->connect_timeout_ms <= 0 || p->timeout_ms <= 0)
         bad = "connect_timeout_ms and timeout_ms must be positive";
+    else if (p->stall_timeout_ms < 0)
+        bad = "stall_timeout_ms must not be negative";
     else if (p->max_retries < 0)
         bad = "max_retries must not be negative";
     else if (!(p->backoff_base_ms >= 0) || !(p->backoff_max_ms >= 0) || !(p->retry_budget_ms >= 0))

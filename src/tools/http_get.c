@@ -7,7 +7,9 @@
  */
 #include "tools/http_get.h"
 
+#include <arpa/inet.h>
 #include <curl/curl.h>
+#include <netinet/in.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -103,7 +105,63 @@ char *http_url_escape(const char *s)
 struct sink {
     struct af_buf buf;
     int too_big;
+    int block_private;
+    char blocked[INET6_ADDRSTRLEN]; /* the refused address, "" when none */
 };
+
+static int v4_private(uint32_t a) /* host byte order */
+{
+    const uint32_t b0 = a >> 24, b1 = (a >> 16) & 0xff;
+    return b0 == 0 || b0 == 10 || b0 == 127 || b0 >= 224 ||    /* this, private, loop,
+                                                                  multicast, reserved */
+           (b0 == 100 && (b1 & 0xc0) == 64) ||                 /* 100.64/10 CGNAT */
+           (b0 == 169 && b1 == 254) ||                         /* link-local */
+           (b0 == 172 && (b1 & 0xf0) == 16) ||                 /* 172.16/12 */
+           (b0 == 192 && b1 == 168) ||                         /* 192.168/16 */
+           (b0 == 192 && b1 == 0 && ((a >> 8) & 0xff) == 0) || /* 192.0.0/24 */
+           (b0 == 198 && (b1 & 0xfe) == 18);                   /* 198.18/15 */
+}
+
+int http_addr_private(const struct sockaddr *sa)
+{
+    if (sa->sa_family == AF_INET)
+        return v4_private(ntohl(((const struct sockaddr_in *)(const void *)sa)->sin_addr.s_addr));
+    if (sa->sa_family != AF_INET6)
+        return 1; /* not an IP address at all */
+    const uint8_t *b = ((const struct sockaddr_in6 *)(const void *)sa)->sin6_addr.s6_addr;
+    static const uint8_t mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+    static const uint8_t nat64[12] = {0, 0x64, 0xff, 0x9b, 0, 0, 0, 0, 0, 0, 0, 0};
+    if (!memcmp(b, mapped, 12) || !memcmp(b, nat64, 12)) {
+        uint32_t v4 = (uint32_t)b[12] << 24 | (uint32_t)b[13] << 16 | (uint32_t)b[14] << 8 | b[15];
+        return v4_private(v4);
+    }
+    int zero10 = 1;
+    for (int i = 0; i < 10; i++)
+        zero10 &= b[i] == 0;
+    return zero10 ||                                  /* ::, ::1, IPv4-compatible */
+           (b[0] & 0xfe) == 0xfc ||                   /* fc00::/7 unique local */
+           (b[0] == 0xfe && (b[1] & 0x80) == 0x80) || /* fe80::/10, fec0::/10 */
+           b[0] == 0xff;                              /* multicast */
+}
+
+/* CURLOPT_OPENSOCKETFUNCTION: sees the resolved address of every connection, redirects
+ * included, so a name that resolves to a private address cannot slip through. */
+static curl_socket_t open_socket(void *user, curlsocktype purpose, struct curl_sockaddr *addr)
+{
+    struct sink *s = user;
+    (void)purpose;
+    if (s->block_private && http_addr_private(&addr->addr)) {
+        const void *ip =
+            addr->family == AF_INET
+                ? (const void *)&((const struct sockaddr_in *)(const void *)&addr->addr)->sin_addr
+                : (const void *)&((const struct sockaddr_in6 *)(const void *)&addr->addr)
+                      ->sin6_addr;
+        if (!inet_ntop(addr->family, ip, s->blocked, sizeof s->blocked))
+            snprintf(s->blocked, sizeof s->blocked, "?");
+        return CURL_SOCKET_BAD;
+    }
+    return socket(addr->family, addr->socktype, addr->protocol);
+}
 
 static size_t on_body(char *data, size_t size, size_t nmemb, void *user)
 {
@@ -147,6 +205,10 @@ static void setup(CURL *c, const struct http_params *p, long timeout_ms, struct 
     curl_easy_setopt(c, CURLOPT_MAXFILESIZE_LARGE, (curl_off_t)s->buf.limit);
     curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
     curl_easy_setopt(c, CURLOPT_WRITEDATA, s);
+    curl_easy_setopt(c, CURLOPT_OPENSOCKETFUNCTION, open_socket);
+    curl_easy_setopt(c, CURLOPT_OPENSOCKETDATA, s);
+    if (p->block_private)
+        curl_easy_setopt(c, CURLOPT_PROXY, ""); /* the check must see the real target */
     if (p->post_body) {
         char line[256];
         snprintf(line, sizeof line, "Content-Type: %s",
@@ -176,6 +238,13 @@ static int transfer_error(const struct http_params *p, CURLcode cc, const struct
                           long timeout_ms, const char *detail, char *err, size_t errlen)
 {
     const char *what = detail && detail[0] ? detail : curl_easy_strerror(cc);
+    if (s->blocked[0]) {
+        af_errf(err, errlen,
+                "%.300s: refused: the host is at %s, a loopback, private or link-local address "
+                "(tool option allow_private=1 allows such addresses)",
+                p->url, s->blocked);
+        return AF_EINVAL;
+    }
     if (s->too_big || cc == CURLE_FILESIZE_EXCEEDED) {
         af_errf(err, errlen, "%.300s: response body over the %zu-byte limit; transfer aborted",
                 p->url, s->buf.limit);
@@ -229,7 +298,7 @@ int http_fetch(const struct http_params *p, struct http_response *resp, char *er
         af_errf(err, errlen, "%.300s: cannot initialise libcurl", p->url);
         return AF_EIO;
     }
-    struct sink s = {.too_big = 0};
+    struct sink s = {.too_big = 0, .block_private = p->block_private, .blocked = ""};
     af_buf_init(&s.buf, p->max_bytes ? p->max_bytes : (size_t)5 << 20);
     struct curl_slist *hdrs = NULL;
     char detail[CURL_ERROR_SIZE] = "";

@@ -14,6 +14,7 @@
 
 #include <jansson.h>
 #include <stddef.h>
+#include <sys/socket.h>
 
 #include "agentflow/err.h"
 
@@ -30,6 +31,10 @@ struct http_params {
     long max_redirects;       /* default 5; 0 = do not follow */
     size_t max_bytes;         /* body cap; default 5 MiB */
     double deadline_ms;       /* af_clock_ms() value to stop at; 0 = none (shortens timeout) */
+    int block_private;        /* refuse to connect to loopback, private, link-local and other
+                                 non-public addresses (checked on the resolved address of every
+                                 connection, redirects included; proxies are then not used);
+                                 for URLs a model chose. Default 0 */
 };
 
 struct http_params http_default_params(void);
@@ -45,12 +50,18 @@ struct http_response {
 void http_response_init(struct http_response *r);
 void http_response_deinit(struct http_response *r);
 
+/* 1 when the socket address (struct sockaddr_in or sockaddr_in6) is not a public unicast
+ * address: loopback, RFC 1918 and unique-local, link-local, CGNAT, unspecified, multicast,
+ * reserved, and IPv4 ones mapped into IPv6 or NAT64; else 0. */
+int http_addr_private(const struct sockaddr *sa);
+
 /* Returns 1 when url starts with http:// or https:// (case-insensitive), else 0. */
 int http_url_allowed(const char *url);
 
 /* Performs the request and fills *resp (initialised by the caller; deinit it in every case).
  * Returns 0 for a 2xx answer; AF_EINVAL (not an http/https URL), AF_ETIMEOUT, AF_ETOOBIG
- * (body over max_bytes), AF_EIO (connection refused, DNS, too many redirects, TLS, ...), or
+ * (body over max_bytes), AF_EINVAL also when block_private refused a non-public address
+ * the host resolved to, AF_EIO (connection refused, DNS, too many redirects, TLS, ...), or
  * AF_EBACKEND (HTTP status >= 300 after redirects; resp->status and body are kept). err gets
  * a message that names the URL. */
 AF_NODISCARD int http_fetch(const struct http_params *p, struct http_response *resp, char *err,

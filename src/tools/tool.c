@@ -52,9 +52,12 @@ int af_tool_call(struct af_tool *t, const json_t *args, const struct af_tool_ctx
 int af_tool_ctx_chat(const struct af_tool_ctx *ctx, const struct af_llm_request *req,
                      struct af_llm_reply *reply)
 {
-    int rc = af_llm_chat(ctx->llm, req, reply);
+    struct af_llm_request r = *req; /* the call ends by the tool's deadline too */
+    if (ctx->deadline_ms > 0 && (r.deadline_ms <= 0 || ctx->deadline_ms < r.deadline_ms))
+        r.deadline_ms = ctx->deadline_ms;
+    int rc = af_llm_chat(ctx->llm, &r, reply);
     if (ctx->on_llm_call)
-        ctx->on_llm_call(ctx->user, req, reply);
+        ctx->on_llm_call(ctx->user, &r, reply);
     return rc;
 }
 

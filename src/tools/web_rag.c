@@ -75,6 +75,7 @@ struct web_rag {
     char *embed_model; /* never NULL */
     char *embed_key;   /* NULL = no Authorization header */
     long timeout_ms;
+    int allow_private; /* tool option allow_private=1: pages on non-public addresses too */
 };
 
 struct scored {
@@ -499,6 +500,7 @@ static json_t *fetch_chunks(const struct web_rag *w, const char *url, double dea
     p.deadline_ms = deadline_ms;
     p.max_bytes = RAG_MAX_PAGE;
     p.max_redirects = 5;
+    p.block_private = !w->allow_private; /* the model chose this URL */
     struct http_response r;
     http_response_init(&r);
     char why[1024];
@@ -599,5 +601,7 @@ struct af_tool *af_tool_web_rag_new(const json_t *opts)
     w->embed_model = af_xstrdup(em ? em : "text-embedding-3-small");
     w->embed_key = ek ? af_xstrdup(ek) : NULL;
     w->timeout_ms = http_timeout_option(opts, 20000);
+    const char *ap = af_tool_option(opts, "allow_private", "AGENTFLOW_ALLOW_PRIVATE");
+    w->allow_private = ap && !strcmp(ap, "1");
     return af_tool_new(&card, web_rag_call, w, web_rag_free);
 }

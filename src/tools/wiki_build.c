@@ -19,7 +19,9 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <fcntl.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
@@ -27,6 +29,7 @@
 #include "core/buf.h"
 #include "core/clock.h"
 #include "core/errf.h"
+#include "core/fileio.h"
 #include "core/xalloc.h"
 #include "tools/wiki_int.h"
 #include "tools/wiki_row.h"
@@ -72,6 +75,7 @@ struct line_reader {
     size_t cap, start, end; /* unread bytes are buf[start, end) */
     size_t max_line;
     int eof;
+    int truncated; /* the gzip stream ended before its end marker */
 };
 
 static int reader_fill(struct line_reader *r)
@@ -96,8 +100,17 @@ static int reader_fill(struct line_reader *r)
     int n = gzread(r->gz, r->buf + r->end, (unsigned)want);
     if (n < 0)
         return AF_EIO;
-    if (n == 0)
+    if (n == 0) {
+        /* zlib hands out what a cut stream held, then says Z_BUF_ERROR: that is a damaged
+         * file, never a clean end, whatever --skip-bad says about malformed lines */
+        int zerr = Z_OK;
+        (void)gzerror(r->gz, &zerr);
+        if (zerr == Z_BUF_ERROR) {
+            r->truncated = 1;
+            return AF_EIO;
+        }
         r->eof = 1;
+    }
     r->end += (size_t)n;
     return AF_OK;
 }
@@ -391,15 +404,19 @@ static void build_progress(struct build *b, gzFile gz, size_t n_done)
     b->p->progress(b->p->user, n_done, off > 0 ? (size_t)off : 0, b->st->bytes_total);
 }
 
-/* Whether the line is data: blank lines and the DPR header are not. Fixes the format on the
- * first data line. */
+/* Whether the line is data: blank lines (counted in n_blank) and the DPR header are not; a
+ * TSV row of empty fields (only tabs) is data, so the parser rejects or skips it and counts
+ * it. Fixes the format on the first data line. */
 static int is_data_line(struct build *b, const char *line, size_t len, size_t lineno)
 {
     size_t i = 0;
+    int tabs = 0;
     while (i < len && (line[i] == ' ' || line[i] == '\t'))
-        i++;
-    if (i == len)
+        tabs |= line[i++] == '\t';
+    if (i == len && !(tabs && b->is_jsonl == 0)) {
+        b->st->n_blank++;
         return 0;
+    }
     if (b->is_jsonl < 0) {
         b->is_jsonl = line[i] == '{';
         if (!b->is_jsonl && lineno == 1 && len == 13 && strncmp(line, "id\ttext\ttitle", 13) == 0)
@@ -429,6 +446,11 @@ static int build_read(struct build *b, gzFile gz, char *err, size_t errlen, size
             if (rc == AF_ETOOBIG)
                 af_errf(err, errlen, "%s:%zu: line longer than %zu bytes", b->in_path,
                         b->st->n_lines + 1, b->p->max_line_bytes);
+            else if (r.truncated)
+                af_errf(err, errlen,
+                        "%s: the gzip stream is cut short after line %zu: the file is "
+                        "truncated or damaged",
+                        b->in_path, b->st->n_lines);
             else
                 af_errf(err, errlen, "%s: read error after line %zu (truncated gzip?)", b->in_path,
                         b->st->n_lines);
@@ -658,16 +680,66 @@ static int run_shards(struct build *b, void *(*fn)(void *))
     return AF_OK;
 }
 
-/* A build killed earlier, maybe with more shards, leaves DB.tmp.N files: remove those this
- * build will not overwrite. */
-static void remove_stale_shards(const char *db_path, int n_shards)
+/* Removes one file, counting it when it was there. */
+static void unlink_counted(const char *path, size_t *n)
 {
-    for (int i = n_shards; i < WIKI_MAX_SHARDS; i++) {
+    if (path && unlink(path) == 0)
+        (*n)++;
+}
+
+int wiki_index_remove_stale(const char *db_path, size_t *n_removed)
+{
+    size_t n = 0;
+    char *tmp = sqlite3_mprintf("%s.tmp", db_path);
+    int fd = tmp ? open(tmp, O_RDONLY | O_CLOEXEC) : -1;
+    if (fd >= 0 && flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        close(fd); /* a live build holds it: its files are not stale */
+        sqlite3_free(tmp);
+        if (n_removed)
+            *n_removed = 0;
+        return 1;
+    }
+    unlink_counted(tmp, &n);
+    for (int i = 1; i < WIKI_MAX_SHARDS; i++) {
         char *p = sqlite3_mprintf("%s.tmp.%d", db_path, i);
-        if (p)
-            unlink(p);
+        unlink_counted(p, &n);
         sqlite3_free(p);
     }
+    if (fd >= 0)
+        close(fd); /* after the shards: no build could start in between and lose them */
+    sqlite3_free(tmp);
+    if (n_removed)
+        *n_removed = n;
+    return 0;
+}
+
+/* Holds DB.tmp (just created by shard 0) under flock for the whole build, so other index
+ * commands on DB know its files are live (wiki_index_remove_stale). Returns the descriptor,
+ * or -1 (the build goes on unguarded: the lock is a courtesy, not a condition). */
+static int lock_tmp(const char *tmp_path)
+{
+    int fd = open(tmp_path, O_RDONLY | O_CLOEXEC);
+    if (fd >= 0 && flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        close(fd);
+        fd = -1;
+    }
+    return fd;
+}
+
+/* AF_EINVAL when in_path is one of the files a build of db_path removes and rewrites. */
+static int check_input_not_tmp(const char *in_path, const char *db_path, char *err, size_t errlen)
+{
+    for (int i = 0; i < WIKI_MAX_SHARDS; i++) {
+        char *t = i ? sqlite3_mprintf("%s.tmp.%d", db_path, i) : sqlite3_mprintf("%s.tmp", db_path);
+        int same = af_file_same(in_path, t);
+        if (same)
+            af_errf(err, errlen, "%s: the input is %s, a file the build of %s writes", in_path, t,
+                    db_path);
+        sqlite3_free(t);
+        if (same)
+            return AF_EINVAL;
+    }
+    return AF_OK;
 }
 
 static int auto_shards(void)
@@ -800,6 +872,8 @@ int wiki_index_build(const char *in_path, const char *db_path, const struct wiki
                 p->shards);
         return AF_EINVAL;
     }
+    if (check_input_not_tmp(in_path, db_path, err, errlen) != AF_OK)
+        return AF_EINVAL;
     double t0 = af_clock_ms();
     struct build *b = af_xcalloc(1, sizeof *b);
     b->in_path = in_path;
@@ -821,7 +895,7 @@ int wiki_index_build(const char *in_path, const char *db_path, const struct wiki
         s->path = af_buf_detach(&path);
     }
     gzFile gz = NULL;
-    int rc = AF_OK;
+    int rc = AF_OK, lock_fd = -1, ours = 0; /* ours: the DB.tmp files are this build's */
 
     struct stat sb;
     memset(&sb, 0, sizeof sb);
@@ -840,10 +914,18 @@ int wiki_index_build(const char *in_path, const char *db_path, const struct wiki
         goto out;
     }
     gzbuffer(gz, 256 * 1024);
-    remove_stale_shards(db_path, b->n_shards);
-    for (int i = 0; i < b->n_shards && !rc; i++)
+    if (wiki_index_remove_stale(db_path, &st->n_stale_removed) != 0) {
+        af_errf(err, errlen, "%s.tmp: another index build is writing %s", db_path, db_path);
+        rc = AF_EIO;
+        goto out;
+    }
+    ours = 1;
+    for (int i = 0; i < b->n_shards && !rc; i++) {
         if ((rc = shard_open(&b->sh[i], b->n_shards)) != AF_OK)
             af_errf(err, errlen, "%s", b->sh[i].err);
+        if (!rc && i == 0)
+            lock_fd = lock_tmp(b->sh[0].path);
+    }
     double t_load = af_clock_ms();
     if (!rc)
         rc = build_load(b, gz, err, errlen);
@@ -861,10 +943,12 @@ out:
         gzclose(gz);
     for (int i = 0; i < b->n_shards; i++) {
         shard_close(&b->sh[i]);
-        if (rc)
+        if (rc && ours) /* never another build's, nor files this one did not reach */
             unlink(b->sh[i].path);
         free(b->sh[i].path);
     }
+    if (lock_fd >= 0)
+        close(lock_fd); /* after the unlinks and the rename */
     pthread_mutex_destroy(&b->mu);
     pthread_cond_destroy(&b->cv);
     free(b);

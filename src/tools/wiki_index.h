@@ -52,11 +52,13 @@ struct wiki_build_params {
 };
 
 struct wiki_build_stats {
-    size_t n_passages;  /* rows inserted */
-    size_t n_skipped;   /* malformed lines skipped (skip_bad) */
-    size_t n_lines;     /* input lines read, header and blank ones included */
-    size_t bytes_total; /* input file size as stored */
-    double build_ms;    /* wall time of the whole build, optimize included */
+    size_t n_passages;      /* rows inserted */
+    size_t n_skipped;       /* malformed lines skipped (skip_bad) */
+    size_t n_blank;         /* blank lines dropped (a TSV row of empty fields is malformed) */
+    size_t n_stale_removed; /* files of an interrupted build removed first */
+    size_t n_lines;         /* input lines read, header and blank ones included */
+    size_t bytes_total;     /* input file size as stored */
+    double build_ms;        /* wall time of the whole build, optimize included */
     /* Its phases: reading and inserting; commit, optimize and frequent-term listing (shards in
      * parallel); writing the frequent-term table; copying the other shards into one file. */
     double load_ms, finish_ms, common_ms, gather_ms;
@@ -72,6 +74,13 @@ struct wiki_build_params wiki_build_default_params(void);
 AF_NODISCARD int wiki_index_build(const char *in_path, const char *db_path,
                                   const struct wiki_build_params *p, struct wiki_build_stats *st,
                                   char *err, size_t errlen);
+
+/* A build writes DB.tmp (and DB.tmp.N for more shards) and holds DB.tmp under flock until it
+ * renames it onto DB. A killed build leaves them behind (hundreds of MB for a Wikipedia dump):
+ * this removes them when no live build holds the lock, and reports the count in *n_removed
+ * (may be NULL). Returns 0, or 1 when a build is writing them (nothing is removed). Every
+ * `index` command calls it on its database path first. Safe from any thread. */
+int wiki_index_remove_stale(const char *db_path, size_t *n_removed);
 
 /* Opens an index (any shard count, and indexes of one table from earlier builds). writable = 0
  * opens it read-only (queries). Checks that the file exists and holds a passage table; otherwise
