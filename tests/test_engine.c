@@ -1035,7 +1035,10 @@ static void test_llm_backend(void **state)
     }
     /* A request's deadline: already past, nothing runs; reached mid-generation, it stops. */
     struct af_msg m = {"user", "Count to one hundred."};
-    struct af_llm_request req = {&m, 1, af_llm_default_sampling(), NULL, af_clock_ms() - 1};
+    struct af_llm_request req = {.msgs = &m,
+                                 .n_msgs = 1,
+                                 .sampling = af_llm_default_sampling(),
+                                 .deadline_ms = af_clock_ms() - 1};
     req.sampling.max_tokens = 4096;
     struct af_llm_reply rep;
     af_llm_reply_init(&rep);
