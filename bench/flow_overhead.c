@@ -24,7 +24,7 @@
 
 #include "agentflow/flow.h"
 #include "core/clock.h"
-#include "support/fake_server.h"
+#include "support/flow_backend.h"
 
 struct timed_llm {
     struct af_llm *inner;
@@ -86,51 +86,6 @@ static double process_cpu_ms(void)
            (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e3;
 }
 
-static void add_rules(struct fake_server *fs)
-{
-    fake_server_add_rule(fs, "Give the final answer", "**Process Summary:** done.\n**Answer:** 42");
-    fake_server_add_rule(fs, "Action Step 3", "Enough.\nConclusion: STOP");
-    fake_server_add_rule(fs, "Judge whether the work", "More.\nConclusion: CONTINUE");
-    fake_server_add_rule(fs, "Before any tool is used", "Concise Summary: multiply.");
-    fake_server_add_rule(fs, "You decide the single next action",
-                         "Justification: need it\nContext: 6 times 7\nSub-Goal: compute 6*7\n"
-                         "Tool Name: Generalist_Solution_Generator_Tool");
-    fake_server_add_rule(fs, "Write the Python call",
-                         "Generated Command:\n```python\nexecution = tool.execute(query=\"What "
-                         "is 6 * 7?\")\n```");
-    fake_server_add_rule(fs, "What is 6 * 7?", "42");
-}
-
-/* Runs the server in a child process; the port comes back through a pipe. */
-static pid_t start_server(int delay_ms, char *url, size_t urllen)
-{
-    int fds[2];
-    if (pipe(fds) != 0)
-        return -1;
-    pid_t pid = fork();
-    if (pid == 0) {
-        close(fds[0]);
-        struct fake_server *fs = fake_server_start();
-        if (!fs)
-            _exit(1);
-        fake_server_set_delay(fs, delay_ms);
-        add_rules(fs);
-        const char *u = fake_server_url(fs);
-        if (write(fds[1], u, strlen(u) + 1) < 0)
-            _exit(1);
-        close(fds[1]);
-        for (;;)
-            pause();
-    }
-    close(fds[1]);
-    ssize_t n = read(fds[0], url, urllen - 1);
-    close(fds[0]);
-    if (n <= 0)
-        return -1;
-    url[n] = '\0';
-    return pid;
-}
-
 static int run_level(struct af_flow_params *p, struct timed_llm *t, int conc, int nq,
                      double delay_ms)
 {
@@ -175,7 +130,7 @@ int main(int argc, char **argv)
             nq = (int)strtol(argv[i + 1], NULL, 10);
     }
     char url[256];
-    pid_t server = start_server(delay_ms, url, sizeof url);
+    pid_t server = flow_backend_spawn(delay_ms, url, sizeof url);
     if (server < 0) {
         fprintf(stderr, "flow_overhead: cannot start the fake server\n");
         return 1;

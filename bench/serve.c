@@ -23,7 +23,7 @@
 #include "agentflow/flow.h"
 #include "core/clock.h"
 #include "serve/serve.h"
-#include "support/fake_server.h"
+#include "support/flow_backend.h"
 #include "support/http_client.h"
 
 struct client {
@@ -36,51 +36,6 @@ struct client {
     double start_ms, last_done_ms;
     pthread_t th;
 };
-
-static void add_rules(struct fake_server *fs)
-{
-    fake_server_add_rule(fs, "Give the final answer", "**Process Summary:** done.\n**Answer:** 42");
-    fake_server_add_rule(fs, "Action Step 3", "Enough.\nConclusion: STOP");
-    fake_server_add_rule(fs, "Judge whether the work", "More.\nConclusion: CONTINUE");
-    fake_server_add_rule(fs, "Before any tool is used", "Concise Summary: multiply.");
-    fake_server_add_rule(fs, "You decide the single next action",
-                         "Justification: need it\nContext: 6 times 7\nSub-Goal: compute 6*7\n"
-                         "Tool Name: Generalist_Solution_Generator_Tool");
-    fake_server_add_rule(fs, "Write the Python call",
-                         "Generated Command:\n```python\nexecution = tool.execute(query=\"What "
-                         "is 6 * 7?\")\n```");
-    fake_server_add_rule(fs, "What is 6 * 7?", "42");
-}
-
-/* Runs the back-end in a child process (its CPU is not ours); the URL comes back by pipe. */
-static pid_t start_backend(int delay_ms, char *url, size_t urllen)
-{
-    int fds[2];
-    if (pipe(fds) != 0)
-        return -1;
-    pid_t pid = fork();
-    if (pid == 0) {
-        close(fds[0]);
-        struct fake_server *fs = fake_server_start();
-        if (!fs)
-            _exit(1);
-        fake_server_set_delay(fs, delay_ms);
-        add_rules(fs);
-        const char *u = fake_server_url(fs);
-        if (write(fds[1], u, strlen(u) + 1) < 0)
-            _exit(1);
-        close(fds[1]);
-        for (;;)
-            pause();
-    }
-    close(fds[1]);
-    ssize_t n = read(fds[0], url, urllen - 1);
-    close(fds[0]);
-    if (n <= 0)
-        return -1;
-    url[n] = '\0';
-    return pid;
-}
 
 static void *client_main(void *arg)
 {
@@ -182,7 +137,7 @@ int main(int argc, char **argv)
     signal(SIGPIPE, SIG_IGN);
     http_client_global_init();
     char url[256], err[512], db[64];
-    pid_t backend = start_backend(delay_ms, url, sizeof url);
+    pid_t backend = flow_backend_spawn(delay_ms, url, sizeof url);
     if (backend < 0) {
         fprintf(stderr, "serve bench: cannot start the back-end\n");
         return 1;
