@@ -143,16 +143,16 @@ static void test_same_output_greedy_and_sampled(void **state)
     af_engine_free(drafting);
 }
 
-/* Three generations at once, each drafting in the shared steps, match each one alone. */
-static void test_same_output_beside_others(void **state)
+/* Three generations (temperatures temp[i], seeds seed0 + i) alone on `plain`, then at once on
+ * `other`: each must write the same ids, text and log-probs both ways. */
+static void assert_same_alone_and_together(struct af_engine *plain, struct af_engine *other,
+                                           const float temp[3], uint64_t seed0)
 {
-    (void)state;
-    struct af_engine *plain = load(0), *drafting = load(4);
     struct gen alone[3], together[3];
     pthread_t th[3];
     for (int i = 0; i < 3; i++) {
-        alone[i] = (struct gen){plain, i == 0 ? 0.0f : 0.7f, (uint64_t)i + 1, {0}};
-        together[i] = (struct gen){drafting, alone[i].temp, alone[i].seed, {0}};
+        alone[i] = (struct gen){plain, temp[i], seed0 + (uint64_t)i, {0}};
+        together[i] = (struct gen){other, temp[i], seed0 + (uint64_t)i, {0}};
         generate(&alone[i]);
     }
     for (int i = 0; i < 3; i++)
@@ -164,6 +164,15 @@ static void test_same_output_beside_others(void **state)
         af_engine_result_deinit(&alone[i].r);
         af_engine_result_deinit(&together[i].r);
     }
+}
+
+/* Three generations at once, each drafting in the shared steps, match each one alone. */
+static void test_same_output_beside_others(void **state)
+{
+    (void)state;
+    struct af_engine *plain = load(0), *drafting = load(4);
+    const float temp[3] = {0.0f, 0.7f, 0.7f};
+    assert_same_alone_and_together(plain, drafting, temp, 1);
     af_engine_free(plain);
     af_engine_free(drafting);
 }
@@ -177,22 +186,8 @@ static void test_kv_budget_preempts(void **state)
     /* tiny: 2 layers x (K + V) x 2 KV heads x 16 dims x 4 bytes = 512 bytes a token; a
      * generation here holds about 250 tokens, so 400 tokens fit one and a half of them. */
     struct af_engine *tight = load_budget(2, 400 * 512);
-    struct gen alone[3], together[3];
-    pthread_t th[3];
-    for (int i = 0; i < 3; i++) {
-        alone[i] = (struct gen){plain, i == 1 ? 0.0f : 0.8f, (uint64_t)i + 7, {0}};
-        together[i] = (struct gen){tight, alone[i].temp, alone[i].seed, {0}};
-        generate(&alone[i]);
-    }
-    for (int i = 0; i < 3; i++)
-        assert_int_equal(pthread_create(&th[i], NULL, gen_thread, &together[i]), 0);
-    for (int i = 0; i < 3; i++)
-        pthread_join(th[i], NULL);
-    for (int i = 0; i < 3; i++) {
-        assert_same(&alone[i].r, &together[i].r);
-        af_engine_result_deinit(&alone[i].r);
-        af_engine_result_deinit(&together[i].r);
-    }
+    const float temp[3] = {0.8f, 0.0f, 0.8f};
+    assert_same_alone_and_together(plain, tight, temp, 7);
     assert_int_equal(batching_field(tight, "kv_budget_tokens"), 400);
     assert_true(batching_field(tight, "preempted") > 0);
     assert_int_equal(batching_field(plain, "preempted"), 0);
