@@ -238,6 +238,32 @@ static void test_chatml_two_turns(void **state)
     sft_data_free(d);
 }
 
+/* --loss-on all: every token but the first becomes a target, the ids stay, and the counts
+ * follow. */
+static void test_target_all(void **state)
+{
+    (void)state;
+    SKIP_IF(!qwen);
+    struct sft_data *d = load_ok(write_tmp("two.jsonl", TWO_TURNS), qwen, NULL, 0);
+    const int64_t n_tokens = d->n_tokens, assistant = d->n_target;
+    const int32_t first = d->ex[0].tokens[0];
+    sft_data_target_all(d);
+    assert_int_equal(d->n_tokens, n_tokens);
+    assert_int_equal(d->ex[0].tokens[0], first);
+    int64_t sum = 0;
+    for (size_t i = 0; i < d->n; i++) {
+        const struct sft_example *ex = &d->ex[i];
+        assert_int_equal(ex->target[0], 0);
+        for (int64_t t = 1; t < ex->n; t++)
+            assert_int_equal(ex->target[t], 1);
+        assert_int_equal(ex->n_target, ex->n - 1);
+        sum += ex->n_target;
+    }
+    assert_int_equal(d->n_target, sum);
+    assert_true(d->n_target > assistant);
+    sft_data_free(d);
+}
+
 static void test_chatml_given_system(void **state)
 {
     (void)state;
@@ -537,6 +563,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_chatml_two_turns),
         cmocka_unit_test(test_chatml_given_system),
+        cmocka_unit_test(test_target_all),
         cmocka_unit_test(test_chatml_leading_newlines),
         cmocka_unit_test(test_template_mismatch),
         cmocka_unit_test(test_llama3_two_turns),

@@ -24,7 +24,7 @@ static void train_usage(FILE *f)
             "       agentflow train plot RUN   (curves.html and *.svg from RUN/metrics.jsonl)\n"
             "\n"
             "Fine-tunes on chat JSONL ({\"messages\":[{\"role\",\"content\"},...]}, gzip ok) with\n"
-            "the loss on assistant replies only. DIR gets metrics.jsonl, checkpoint-STEP/ and the\n"
+            "the loss on assistant replies only (--loss-on). DIR gets metrics.jsonl, checkpoint-STEP/ and the\n"
             "latest adapter (adapter_model.safetensors + adapter_config.json, PEFT format), or\n"
             "model.gguf with --full.\n"
             "\n"
@@ -44,6 +44,8 @@ static void train_usage(FILE *f)
             "  --batch B             conversations per step (default 1)\n"
             "  --accum K             gradient accumulation: K batches per step (default 1)\n"
             "  --max-seq N           cut conversations to N tokens (default 1024)\n"
+            "  --loss-on WHAT        assistant (default): the replies only; all: every token,\n"
+            "                        prompts included (pre-training on transcripts)\n"
             "  --seed S              adapter init, data order and dropout (default 0)\n"
             "  --save-every N        checkpoint every N steps (default 50, and the last)\n"
             "  --keep N              checkpoints kept (default 2)\n"
@@ -99,7 +101,8 @@ enum {
     O_QUIET,
     O_VAL,
     O_EVAL_EVERY,
-    O_EARLY_STOP
+    O_EARLY_STOP,
+    O_LOSS_ON
 };
 
 static const struct option train_opts[] = {
@@ -136,6 +139,7 @@ static const struct option train_opts[] = {
     {"val", required_argument, NULL, O_VAL},
     {"eval-every", required_argument, NULL, O_EVAL_EVERY},
     {"early-stop", required_argument, NULL, O_EARLY_STOP},
+    {"loss-on", required_argument, NULL, O_LOSS_ON},
     {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0},
 };
@@ -243,6 +247,15 @@ static int do_sft(int argc, char **argv)
             break;
         case O_EARLY_STOP:
             bad = num("early-stop", optarg, 1, 1e6, &d), o.early_stop = (int)d;
+            break;
+        case O_LOSS_ON:
+            if (!strcmp(optarg, "all") || !strcmp(optarg, "assistant")) {
+                o.loss_all = !strcmp(optarg, "all");
+            } else {
+                fprintf(stderr, "agentflow train: --loss-on: '%s' is not assistant or all\n",
+                        optarg);
+                bad = 1;
+            }
             break;
         case O_TARGETS:
             if (lora_targets_parse(optarg, &o.lora_targets, err, sizeof err)) {

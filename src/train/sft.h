@@ -55,6 +55,8 @@ struct train_sft_opts {
     int64_t steps;            /* default 100 */
     int64_t batch, accum;     /* conversations per micro-step, micro-steps per step; 1, 1 */
     int64_t max_seq;          /* default 1024 */
+    int loss_all;             /* 1: the loss covers every token, prompts included (the
+                                 validation loss stays on the replies); 0: replies only */
     uint64_t seed;            /* default 0 */
     int64_t save_every;       /* default 50; the last step always saves */
     int keep;                 /* checkpoints kept; default 2 */

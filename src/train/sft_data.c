@@ -280,6 +280,18 @@ static void push_example(struct loader *ld, const struct sft_example *ex)
     d->n_target += ex->n_target;
 }
 
+void sft_data_target_all(struct sft_data *d)
+{
+    d->n_target = 0;
+    for (size_t i = 0; i < d->n; i++) {
+        struct sft_example *ex = &d->ex[i];
+        ex->n_target = 0;
+        for (int64_t t = 0; t < ex->n; t++)
+            ex->n_target += ex->target[t] = t > 0;
+        d->n_target += ex->n_target;
+    }
+}
+
 /* Formats, tokenizes and masks one conversation, then cuts, skips or keeps it. */
 static int build_example(struct loader *ld, int64_t line_no, const struct chat_msg *msgs, size_t n)
 {

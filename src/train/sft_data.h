@@ -53,6 +53,10 @@ struct sft_data {
  * is NULL. Safe from any thread (m is only read). */
 AF_NODISCARD int sft_data_load(const char *path, const struct model *m, const char *template_name,
                                int64_t max_seq, struct sft_data **out, char *err, size_t errlen);
+/* Marks every token but the first of every example as a target, so that the loss covers the
+ * prompts too (language-model pre-training on the transcripts: the tool results and memory
+ * repeat names and numbers, the copying the replies need). Updates the n_target counts. */
+void sft_data_target_all(struct sft_data *d);
 /* Frees d and every example. Accepts NULL. */
 void sft_data_free(struct sft_data *d);
 
