@@ -309,6 +309,9 @@ static void test_full_model_loads(void **state)
     struct model *m = NULL;
     assert_int_equal(model_load(path, &m, err, sizeof err), 0);
     model_free(m);
+    /* The base came from make-random; the trained file must not carry its marker. */
+    assert_int_equal(af_engine_random_weights(model), 1);
+    assert_int_equal(af_engine_random_weights(path), 0);
 }
 
 static void expect_fail(const char *out, const char *const *extra, int code, const char *needle)

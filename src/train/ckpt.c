@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "agentflow/engine.h"
 #include "engine/gguf.h"
 #include "core/errf.h"
 #include "core/fileio.h"
@@ -356,6 +357,9 @@ int ckpt_write_gguf(const struct model *m, const char *model_path, const struct 
     }
     struct gguf_writer *w = gguf_writer_new();
     gguf_writer_copy_kvs(w, g);
+    /* Trained weights are no longer make-random's noise: loading them must not say so. */
+    if (gguf_find_kv(g, AF_GGUF_KEY_RANDOM_WEIGHTS))
+        gguf_writer_set_bool(w, AF_GGUF_KEY_RANDOM_WEIGHTS, 0);
     int rc = AF_OK;
     for (uint64_t i = 0; i < gguf_n_tensors(g) && !rc; i++) {
         const struct gguf_tensor *t = gguf_tensor_at(g, i);

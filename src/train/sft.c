@@ -351,8 +351,8 @@ static int setup(struct run *r, char *err, size_t errlen)
          "data: %zu conversations, %lld tokens, %lld %s tokens (%zu cut to --max-seq "
          "%lld, %zu skipped)",
          r->data->n, (long long)r->data->n_tokens, (long long)r->data->n_target,
-         o->loss_all ? "target" : "assistant",
-         r->data->n_truncated, (long long)o->max_seq, r->data->n_skipped);
+         o->loss_all ? "target" : "assistant", r->data->n_truncated, (long long)o->max_seq,
+         r->data->n_skipped);
     if (o->val_path) {
         if ((rc = sft_data_load(o->val_path, r->m, o->chat_template, o->max_seq, &r->val, err,
                                 errlen)))
