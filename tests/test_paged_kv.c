@@ -308,8 +308,7 @@ static void test_radix_reuse_2000(void **state)
     struct af_engine_result first, second, ref;
     assert_int_equal(af_engine_generate(warm, p1, SHARED + TAIL, &gp, &first, err, sizeof err), 0);
     assert_int_equal(first.n_cached, 0);
-    assert_int_equal(af_engine_generate(warm, p2, SHARED + TAIL, &gp, &second, err, sizeof err),
-                     0);
+    assert_int_equal(af_engine_generate(warm, p2, SHARED + TAIL, &gp, &second, err, sizeof err), 0);
     assert_int_equal(second.n_cached, SHARED);
     assert_int_equal(kv_field(warm, "kv_cache", "hit_tokens"), SHARED);
     assert_int_equal(af_engine_generate(cold, p2, SHARED + TAIL, &gp, &ref, err, sizeof err), 0);

@@ -331,13 +331,13 @@ char *af_engine_info_json(struct af_engine *e)
     json_object_set_new(json_object_get(j, "batching"), "preempted",
                         json_integer((json_int_t)e->n_preempted));
     const struct kv_snap *ks = &e->kv_snap;
-    json_object_set_new(
-        j, "kv_cache",
-        json_pack("{s:i,s:I,s:I,s:I,s:I,s:I,s:I}", "block_tokens", KV_BLOCK, "block_bytes",
-                  (json_int_t)kv_pool_block_bytes(e->pool), "blocks_total",
-                  (json_int_t)e->pool->max_blocks, "blocks_used", (json_int_t)ks->blocks_used,
-                  "blocks_cached", (json_int_t)ks->blocks_cached, "hit_tokens",
-                  (json_int_t)ks->hits, "evicted_blocks", (json_int_t)ks->evicted));
+    json_object_set_new(j, "kv_cache",
+                        json_pack("{s:i,s:I,s:I,s:I,s:I,s:I,s:I}", "block_tokens", KV_BLOCK,
+                                  "block_bytes", (json_int_t)kv_pool_block_bytes(e->pool),
+                                  "blocks_total", (json_int_t)e->pool->max_blocks, "blocks_used",
+                                  (json_int_t)ks->blocks_used, "blocks_cached",
+                                  (json_int_t)ks->blocks_cached, "hit_tokens", (json_int_t)ks->hits,
+                                  "evicted_blocks", (json_int_t)ks->evicted));
     pthread_mutex_unlock(&e->mu);
     char *s = json_dumps(j, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
     json_decref(j);
@@ -399,8 +399,8 @@ int af_engine_logits(struct af_engine *e, const int32_t *ids, size_t n_ids, int 
         radix_release(e->tree, &s, 0);
     } else {
         const int64_t reused = radix_acquire(e->tree, &s, ids, (int64_t)n_ids);
-        rc = fwd_eval(e->fc, &s, ids + reused, (int64_t)n_ids - reused, FWD_LOGITS_LAST, logits, err,
-                      errlen);
+        rc = fwd_eval(e->fc, &s, ids + reused, (int64_t)n_ids - reused, FWD_LOGITS_LAST, logits,
+                      err, errlen);
         if (rc)
             kv_seq_truncate(&s, reused);
         radix_release(e->tree, &s, 1);

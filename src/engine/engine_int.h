@@ -30,7 +30,7 @@ struct af_engine {
     struct radix *tree;   /* its index of cached prefixes */
     enum chat_template tmpl;
     char *default_system;
-    float *logits; /* n_vocab */
+    float *logits;      /* n_vocab */
     pthread_mutex_t mu; /* the queue, the busy flag; the rest belongs to whoever is busy */
     pthread_cond_t idle_cv;
     int busy;                 /* a thread drives the scheduler or runs an exclusive call */

@@ -29,9 +29,9 @@ struct fwd_ctx {
     int64_t max_ctx;
     int n_threads;
     float *x, *xn, *q, *k, *v, *att, *gate, *up, *rope_cos, *rope_sin;
-    float *scores; /* [n_threads][group][max_ctx] */
+    float *scores;  /* [n_threads][group][max_ctx] */
     float *kgather; /* [n_threads][head_dim][ATT_KEY_BLOCK]: keys gathered from blocks */
-    void *qbuf;    /* prepared activations: UBATCH rows of the widest input */
+    void *qbuf;     /* prepared activations: UBATCH rows of the widest input */
     size_t qbuf_row;
     const struct lora_adapter *lora; /* borrowed; NULL = none */
     float *lora_tmp;                 /* [UBATCH][rank] */
@@ -95,9 +95,8 @@ void fwd_ctx_free(struct fwd_ctx *c)
 {
     if (!c)
         return;
-    float *bufs[] = {c->x,      c->xn,         c->q,       c->k,        c->v,
-                     c->att,    c->gate,       c->up,      c->scores,   c->rope_cos,
-                     c->rope_sin, c->kgather};
+    float *bufs[] = {c->x,    c->xn, c->q,      c->k,        c->v,        c->att,
+                     c->gate, c->up, c->scores, c->rope_cos, c->rope_sin, c->kgather};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         free(bufs[i]);
     free(c->qbuf);

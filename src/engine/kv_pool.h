@@ -28,7 +28,7 @@ struct model;
 struct radix_node;
 
 struct kv_block {
-    float *data; /* n_layer * 2 * kv_dim * KV_BLOCK floats; NULL = no storage */
+    float *data;     /* n_layer * 2 * kv_dim * KV_BLOCK floats; NULL = no storage */
     int32_t ref;     /* holders: sequences' tables and the radix tree; 0 = free */
     int32_t in_tree; /* one of the holders is a radix tree node */
 };
@@ -45,7 +45,7 @@ struct kv_pool {
     int32_t n_blk, cap_blk;
     int32_t *free_ids; /* ids with ref 0 (with or without storage) */
     int32_t n_free;
-    int64_t n_live; /* blocks with storage */
+    int64_t n_live;   /* blocks with storage */
     int64_t n_used;   /* blocks with ref > 0 */
     int64_t n_cached; /* of them, held by the radix tree alone (evictable) */
     kv_evict_fn evict;

@@ -51,7 +51,7 @@ struct gen_req {
     const int32_t *feed;
     int32_t *resume;
     int64_t n_feed, fed;
-    int resumed; /* the sequence is being rebuilt after a preemption: nothing to sample */
+    int resumed;        /* the sequence is being rebuilt after a preemption: nothing to sample */
     struct kv_seq *seq; /* &kv while the request holds blocks, else NULL */
     struct kv_seq kv;
     struct sampler *smp;
