@@ -4,7 +4,8 @@
  * copy-on-write of a partial block, invalidation), then through the engine: a request that
  * shares 2,000 tokens with a finished one evaluates only the rest and gets a cold run's bits;
  * 32 concurrent requests in a pool far too small for them all finish with what each writes
- * alone; a request cancelled in the middle of a batch gives its blocks back (run under ASan).
+ * alone; a request cancelled in the middle of a batch gives its blocks back (run under ASan);
+ * rollouts of one prompt share it while the first still runs; new weights drop the cached KV.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -404,6 +405,84 @@ static void test_tiny_pool_32_requests(void **state)
     af_engine_free(tight);
 }
 
+/* Eight rollouts of one question at once: the first evaluates the prompt, and each of the
+ * others takes its whole blocks from the tree while the first still runs (a request's sequence
+ * is taken when its prompt is next, after the ones before it have been evaluated). */
+static void test_rollouts_share_a_running_prompt(void **state)
+{
+    (void)state;
+    enum { N = 8 };
+    struct af_engine *e = load(0);
+    const int64_t nv = af_engine_n_vocab(e);
+    static struct job jobs[N];
+    pthread_t th[N];
+    for (int i = 0; i < N; i++) {
+        struct job *j = &jobs[i];
+        memset(j, 0, sizeof *j);
+        j->e = e;
+        j->n = 75;
+        random_ids(j->ids, j->n, 31, nv);
+        j->gp = af_engine_default_gen_params();
+        j->gp.max_tokens = 20;
+        j->gp.ignore_eos = 1;
+        j->gp.temperature = 1.0f;
+        j->gp.seed = (uint64_t)i;
+    }
+    for (int i = 0; i < N; i++)
+        assert_int_equal(pthread_create(&th[i], NULL, job_thread, &jobs[i]), 0);
+    for (int i = 0; i < N; i++)
+        pthread_join(th[i], NULL);
+    int cold = 0;
+    for (int i = 0; i < N; i++) {
+        assert_int_equal(jobs[i].rc, 0);
+        if (jobs[i].r.n_cached == 0)
+            cold++;
+        else /* 64 at least: the 4 whole blocks of the 74 tokens it may reuse */
+            assert_true(jobs[i].r.n_cached >= 64 && jobs[i].r.n_cached <= 74);
+        af_engine_result_deinit(&jobs[i].r);
+    }
+    assert_int_equal(cold, 1);
+    af_engine_free(e);
+}
+
+/* New weights: the blocks computed with the old ones are dropped, so the same prompt is
+ * evaluated anew and gets what a fresh engine with the new weights gets. */
+static void test_new_weights_drop_cached_blocks(void **state)
+{
+    (void)state;
+    struct af_engine *e = load(0), *fresh = load(0);
+    const int64_t nv = af_engine_n_vocab(e);
+    int32_t ids[60];
+    random_ids(ids, 60, 8, nv);
+    struct af_engine_gen_params gp = af_engine_default_gen_params();
+    gp.max_tokens = 8;
+    gp.ignore_eos = 1;
+    char err[512];
+    struct af_engine_result before, after, ref;
+    assert_int_equal(af_engine_generate(e, ids, 60, &gp, &before, err, sizeof err), 0);
+    assert_true(kv_field(e, "kv_cache", "blocks_cached") > 0);
+    enum { NK = 64 * 32 }; /* tiny: n_embd x (2 KV heads x 16) */
+    float *w = malloc(NK * sizeof *w);
+    for (int i = 0; i < NK; i++)
+        w[i] = (float)((i * 37) % 101 - 50) / 400.0f;
+    const char *names[] = {"blk.0.attn_k.weight"};
+    const float *vals[] = {w};
+    const int64_t counts[] = {NK};
+    assert_int_equal(af_engine_set_weights(e, names, vals, counts, 1, err, sizeof err), 0);
+    assert_int_equal(af_engine_set_weights(fresh, names, vals, counts, 1, err, sizeof err), 0);
+    assert_int_equal(kv_field(e, "kv_cache", "blocks_cached"), 0);
+    assert_int_equal(af_engine_generate(e, ids, 60, &gp, &after, err, sizeof err), 0);
+    assert_int_equal(after.n_cached, 0);
+    assert_int_equal(af_engine_generate(fresh, ids, 60, &gp, &ref, err, sizeof err), 0);
+    assert_same(&after, &ref);
+    free(w);
+    af_engine_result_deinit(&before);
+    af_engine_result_deinit(&after);
+    af_engine_result_deinit(&ref);
+    af_engine_free(e);
+    af_engine_free(fresh);
+}
+
 /* Two requests in one batch; `cancel` stops itself (on_token returns 1) once `other` has
  * written 3 tokens, so it is cancelled while both run. `other` then reads the pool: only its
  * own blocks are held. */
@@ -490,6 +569,8 @@ int main(void)
         cmocka_unit_test(test_radix_reuse_2000),
         cmocka_unit_test(test_tiny_pool_32_requests),
         cmocka_unit_test(test_cancel_mid_batch_frees_blocks),
+        cmocka_unit_test(test_rollouts_share_a_running_prompt),
+        cmocka_unit_test(test_new_weights_drop_cached_blocks),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
