@@ -4,8 +4,8 @@
  * Every af_engine_generate call queues a request and waits. One of the waiting threads is the
  * driver: it runs scheduler steps until its own request is done, then hands the role to the
  * next waiting request's thread. A step
- *   1. admits queued requests (up to max_batch at once, and while their tokens fit the KV
- *      pool's size);
+ *   1. admits queued requests, first come first served: up to max_batch at once, and while
+ *      the KV pool has room for their prompts (less what they will reuse);
  *   2. plans the step: the oldest request still in its prompt takes its KV sequence from the
  *      radix tree (the longest cached prefix of its prompt, of any earlier or running request,
  *      is reused) and gets the blocks for one chunk (prefill_chunk tokens); every request past
