@@ -3,7 +3,7 @@
  * (af_engine_params.draft_max): with the
  * batch-invariant engine, a generation with drafts writes the same ids, text and log-probs as
  * one without, greedy and sampled, alone and beside other generations; drafts are tried and
- * some are kept on a prompt that repeats itself. A KV budget (kv_budget_bytes) pauses and
+ * some are kept on a prompt that repeats itself. A small KV pool (kv_budget_bytes) pauses and
  * resumes generations without changing what they write.
  */
 #include <setjmp.h>
@@ -177,18 +177,21 @@ static void test_same_output_beside_others(void **state)
     af_engine_free(drafting);
 }
 
-/* A KV budget too small for three generations at once: the newest is paused, its KV handed to
- * the prefix cache, and resumed later; each still writes what it writes alone. */
+/* A KV pool too small for three generations at once: the newest is paused, its blocks handed
+ * back (the full ones stay cached), and resumed later; each still writes what it writes
+ * alone. */
 static void test_kv_budget_preempts(void **state)
 {
     (void)state;
     struct af_engine *plain = load(0);
-    /* tiny: 2 layers x (K + V) x 2 KV heads x 16 dims x 4 bytes = 512 bytes a token; a
-     * generation here holds about 250 tokens, so 400 tokens fit one and a half of them. */
-    struct af_engine *tight = load_budget(2, 400 * 512);
+    /* tiny: 2 layers x (K + V) x 2 KV heads x 16 dims x 4 bytes = 512 bytes a token, 8 KiB a
+     * block of 16. A generation here holds 113 prompt tokens (7 full blocks, shared by all
+     * three through the radix tree) and 96 more (7 blocks of its own): 15 blocks fit one
+     * generation, but not a second one's last 2 blocks beside it. */
+    struct af_engine *tight = load_budget(2, 15 * 16 * 512);
     const float temp[3] = {0.8f, 0.0f, 0.8f};
     assert_same_alone_and_together(plain, tight, temp, 7);
-    assert_int_equal(batching_field(tight, "kv_budget_tokens"), 400);
+    assert_int_equal(batching_field(tight, "kv_budget_tokens"), 240);
     assert_true(batching_field(tight, "preempted") > 0);
     assert_int_equal(batching_field(plain, "preempted"), 0);
     af_engine_free(plain);

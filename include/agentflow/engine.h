@@ -1,6 +1,8 @@
 /*
  * engine.h - the in-process inference engine: GGUF models (qwen2, llama) loaded, tokenized,
- * chat-formatted and run on the CPU, with a prefix cache of KV sequences.
+ * chat-formatted and run on the CPU, with a paged KV cache whose blocks are shared between
+ * requests through a radix tree over token ids (the longest cached prefix of a prompt is
+ * reused, from any earlier or running request).
  *
  * Concurrency: any number of threads may call one af_engine. Concurrent generate calls are
  * batched (continuous batching, src/engine/sched.c): each decode step runs one token of every
@@ -20,25 +22,31 @@
 struct af_engine_params {
     int n_threads;             /* <= 0: all cores */
     int64_t n_ctx;             /* max tokens per sequence; 0 = min(training context, 32768) */
-    size_t prefix_cache_bytes; /* KV bytes kept for reuse across calls; default 1 GiB */
-    int prefix_cache_seqs;     /* sequences kept; default 8 */
+    size_t prefix_cache_bytes; /* deprecated: the KV pool's size when kv_budget_bytes is 0;
+                                  default 1 GiB (0 for both: no limit) */
+    int prefix_cache_seqs;     /* deprecated and ignored: the paged cache keeps blocks, not
+                                  a count of sequences */
     const char *chat_template; /* "chatml", "llama3" or NULL = from the model */
     const char *lora_dir;      /* a PEFT LoRA folder applied to every forward; NULL = none */
     int prefill_chunk;         /* prompt tokens a request evaluates per scheduler step, between
                                   the decode steps of the others; default 256 */
     int max_batch;             /* generations decoded together; default 64, at most 256 */
     int batch_invariant;       /* the same bits for a token whatever it was evaluated with (the
-                                  prefix cache's reuse, batch size): what a trainer needs to
+                                  KV cache's reuse, batch size): what a trainer needs to
                                   reproduce its rollouts; decode runs a little slower */
     int draft_max;             /* prompt-lookup decoding: up to this many tokens guessed per
                                   step from an earlier occurrence of the last 3 (else 2) tokens
                                   in the prompt or output, checked in the same step; the text
                                   is what it would be without (same sampling draws); 0 = off
                                   (default), at most 32 */
-    size_t kv_budget_bytes;    /* KV memory the running generations may hold together: past
-                                  it new ones wait, and the newest running one is paused (its
-                                  KV handed to the prefix cache) and resumed later with the same
-                                  text; one generation always runs. 0 = no limit (default) */
+    size_t kv_budget_bytes;    /* the paged KV cache's size (`--kv-mib`): blocks of 16 tokens
+                                  held by running generations and by cached prefixes together.
+                                  Unheld cached blocks are evicted least recently used first;
+                                  new generations wait while their prompts do not fit; when a
+                                  running one needs a block and none is left, the newest is
+                                  paused (its blocks freed, the full ones left cached) and
+                                  resumed later with the same text. The oldest always runs,
+                                  past the size if it must. 0 = prefix_cache_bytes (default) */
 };
 struct af_engine_params af_engine_default_params(void);
 
@@ -53,8 +61,11 @@ AF_NODISCARD int af_engine_load(const char *path, const struct af_engine_params 
                                 struct af_engine **out, char *err, size_t errlen);
 void af_engine_free(struct af_engine *e);
 
-/* A JSON text describing the model (architecture, shapes, types, vocabulary, template) and the
- * adapter ("lora": {dir, rank, alpha, scale, targets} or null); malloc'd, caller frees. */
+/* A JSON text describing the model (architecture, shapes, types, vocabulary, template), the
+ * adapter ("lora": {dir, rank, alpha, scale, targets} or null), the scheduler's counters
+ * ("batching") and the KV cache as of the last step ("kv_cache": block_tokens, block_bytes,
+ * blocks_total, blocks_used by running generations, blocks_cached that none holds,
+ * hit_tokens reused over all requests, evicted_blocks); malloc'd, caller frees. */
 char *af_engine_info_json(struct af_engine *e);
 int64_t af_engine_n_vocab(const struct af_engine *e);
 const char *af_engine_model_path(const struct af_engine *e);
@@ -66,7 +77,7 @@ struct lora_adapter;
 const struct model *af_engine_model(const struct af_engine *e);
 /* Makes every later call run with a copy of adapter l (engine/lora.h; shaped for this model),
  * or with none when l is NULL. Waits for the call in progress, so no generation sees half of
- * an update, and empties the prefix cache (its KV was computed with the old weights).
+ * an update, and drops the cached KV blocks computed with the old weights.
  * AF_EINVAL when l's shape does not match the model. */
 AF_NODISCARD int af_engine_set_lora(struct af_engine *e, const struct lora_adapter *l, char *err,
                                     size_t errlen);
@@ -74,7 +85,8 @@ AF_NODISCARD int af_engine_set_lora(struct af_engine *e, const struct lora_adapt
 /* Replaces weights of the loaded model (full fine-tuning's trainer): names[i] is a GGUF tensor
  * name ("blk.0.attn_q.weight", "output_norm.weight", ...) and values[i] its counts[i] floats,
  * stored in the tensor's own type (quantized as llama.cpp's reference quantiser does). Waits
- * for every generation in flight and empties the prefix cache. AF_EINVAL names an unknown
+ * for every generation in flight and drops the cached KV blocks computed with the old weights.
+ * AF_EINVAL names an unknown
  * tensor or a wrong count; nothing is changed then. */
 AF_NODISCARD int af_engine_set_weights(struct af_engine *e, const char *const *names,
                                        const float *const *values, const int64_t *counts, size_t n,
@@ -132,15 +144,16 @@ struct af_engine_result {
     float *logprobs; /* per generated id: see engine/sample.h */
     size_t n_ids;
     size_t n_prompt;
-    size_t n_cached; /* prompt tokens whose KV came from the prefix cache */
+    size_t n_cached; /* prompt tokens whose KV came from the KV cache (reused, not evaluated) */
     double prefill_ms, decode_ms;
     const char *finish_reason; /* "stop" (EOS or stop string), "length"; static */
 };
 void af_engine_result_deinit(struct af_engine_result *r);
 
-/* Generates from prompt ids. The prompt's KV is looked up in and then added to the prefix
- * cache. Runs alongside other threads' generations on the same engine; p->on_token is then
- * called from whichever thread drives the batch (while this one waits). */
+/* Generates from prompt ids. The prompt's KV is looked up in and then added to the KV cache
+ * (as its blocks fill, so requests running at the same time share them too). Runs alongside other
+ * threads' generations on the same engine; p->on_token is then called from whichever thread drives
+ * the batch (while this one waits). */
 AF_NODISCARD int af_engine_generate(struct af_engine *e, const int32_t *prompt, size_t n_prompt,
                                     const struct af_engine_gen_params *p,
                                     struct af_engine_result *out, char *err, size_t errlen);

@@ -88,7 +88,8 @@ static const struct option common_opts[] = {
     {"ctx", required_argument, 0, OPT_CTX},
     {"prefill-chunk", required_argument, 0, OPT_PREFILL_CHUNK},
     {"draft", required_argument, 0, OPT_DRAFT},
-    {"kv-budget", required_argument, 0, OPT_KV_BUDGET},
+    {"kv-mib", required_argument, 0, OPT_KV_BUDGET},
+    {"kv-budget", required_argument, 0, OPT_KV_BUDGET}, /* the older name of --kv-mib */
     {"max-batch", required_argument, 0, OPT_MAX_BATCH},
     {"chat-template", required_argument, 0, OPT_CHAT_TEMPLATE},
 };
@@ -205,9 +206,9 @@ int run_args_handle(struct run_args *a, const char *cmd, int o, const char *arg)
                             json_integer((json_int_t)d));
         return 1;
     case OPT_KV_BUDGET:
-        if (run_parse_number(cmd, "kv-budget", arg, 0, 1 << 24, &d))
+        if (run_parse_number(cmd, "kv-mib", arg, 0, 1 << 24, &d))
             return -1;
-        json_object_set_new(a->flags, "kv_budget_mb", json_integer((json_int_t)d));
+        json_object_set_new(a->flags, "kv_mib", json_integer((json_int_t)d));
         return 1;
     case OPT_DRAFT:
         if (run_parse_number(cmd, "draft", arg, 0, 32, &d))
@@ -245,8 +246,10 @@ void run_common_usage(FILE *f)
                "  --max-batch N      generations decoded together (64)\n"
                "  --draft N          prompt-lookup decoding: guess up to N tokens per step from\n"
                "                     the prompt and check them in the same step (0 = off)\n"
-               "  --kv-budget MB     KV memory of the running generations: past it the newest\n"
-               "                     is paused and resumed later, same text (0 = no limit)\n"
+               "  --kv-mib N         the paged KV cache's size in MiB: running generations and\n"
+               "                     cached prefixes together (0 = 1024); when it is full the\n"
+               "                     newest generation is paused and resumed later, same text\n"
+               "                     (--kv-budget MB: the same)\n"
                "\n"
                "flow:\n"
                "  --max-steps N      turns (default 10)\n"

@@ -505,7 +505,6 @@ static int do_bench(struct model_args *a)
     long prefix = a->prefix > 0 ? a->prefix : 2000;
     if (a->ep.n_threads <= 0)
         a->ep.n_threads = 2;
-    a->ep.prefix_cache_seqs = 4;
     struct af_engine *e = NULL;
     int code = open_engine(a, &e);
     if (code)

@@ -188,10 +188,10 @@ static int apply_top_key(struct run_config *c, const char *k, json_t *v, const c
                        !strcmp(k, "max_batch") ? "an integer from 0 (default) to 256"
                                                : "a non-negative integer (0 = default)");
         *(!strcmp(k, "max_batch") ? &c->max_batch : &c->prefill_chunk) = (int)json_integer_value(v);
-    } else if (!strcmp(k, "kv_budget_mb")) {
+    } else if (!strcmp(k, "kv_mib") || !strcmp(k, "kv_budget_mb")) { /* the older name */
         if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > (1 << 24))
-            return bad(err, errlen, origin, k, "a non-negative number of MiB (0 = no limit)");
-        c->kv_budget_mb = (int)json_integer_value(v);
+            return bad(err, errlen, origin, k, "a non-negative number of MiB (0 = 1024)");
+        c->kv_mib = (int)json_integer_value(v);
     } else if (!strcmp(k, "draft")) {
         if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > 32)
             return bad(err, errlen, origin, k, "an integer from 0 (off) to 32");
@@ -417,7 +417,7 @@ static struct af_llm *open_one(const struct run_config *c, const struct slot_cfg
         ep.chat_template = c->chat_template;
         ep.prefill_chunk = c->prefill_chunk;
         ep.draft_max = c->draft;
-        ep.kv_budget_bytes = (size_t)c->kv_budget_mb << 20;
+        ep.kv_budget_bytes = (size_t)c->kv_mib << 20;
         ep.max_batch = c->max_batch;
         char msg[1024];
         struct af_llm *llm = af_llm_gguf_new(s->url + 5, &ep, msg, sizeof msg);
@@ -540,7 +540,7 @@ json_t *config_to_json(const struct run_config *c)
     json_object_set_new(j, "ctx", json_integer((json_int_t)c->ctx));
     json_object_set_new(j, "prefill_chunk", json_integer(c->prefill_chunk));
     json_object_set_new(j, "draft", json_integer(c->draft));
-    json_object_set_new(j, "kv_budget_mb", json_integer(c->kv_budget_mb));
+    json_object_set_new(j, "kv_mib", json_integer(c->kv_mib));
     json_object_set_new(j, "max_batch", json_integer(c->max_batch));
     json_object_set_new(j, "chat_template",
                         c->chat_template ? json_string(c->chat_template) : json_null());

@@ -40,7 +40,7 @@ struct run_config {
     int64_t ctx;          /* in-process engine: tokens per sequence (0 = the model's) */
     int prefill_chunk;    /* in-process engine: prompt tokens per scheduler step (0 = 256) */
     int draft;            /* in-process engine: prompt-lookup draft tokens per step (0 = off) */
-    int kv_budget_mb;     /* in-process engine: KV MiB of the running generations (0 = no limit) */
+    int kv_mib;           /* in-process engine: the paged KV cache's MiB (0 = 1024) */
     int max_batch;        /* in-process engine: generations decoded together (0 = 64) */
     char *chat_template;  /* in-process engine: "chatml", "llama3" or NULL = the model's */
     json_t *effective;    /* the merged configuration as JSON, for records */

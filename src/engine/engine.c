@@ -1,8 +1,9 @@
 /*
  * engine.c - the public engine API (agentflow/engine.h): a model, an optional LoRA adapter, one
- * forward context and a prefix cache behind a mutex; generation with sampling, stop strings and
- * streaming. The adapter is set at load, or replaced by the trainer (af_engine_set_lora), which
- * empties the prefix cache: one engine never mixes KV computed with different weights.
+ * forward context and a paged KV cache (kv_pool.h) indexed by a radix tree (radix.h);
+ * generation with sampling, stop strings and streaming (sched.c). The adapter is set at load,
+ * or replaced by the trainer (af_engine_set_lora), which drops the cached blocks computed with
+ * the old weights: one engine never mixes KV computed with different weights.
  */
 #include "agentflow/engine.h"
 
@@ -20,7 +21,6 @@
 #include "engine/forward.h"
 #include "engine/lora.h"
 #include "engine/model.h"
-#include "engine/prefix.h"
 #include "engine/quant.h"
 #include "engine/sample.h"
 #include "engine/engine_int.h"
@@ -96,14 +96,11 @@ int af_engine_load(const char *path, const struct af_engine_params *p, struct af
     fwd_ctx_set_invariant(e->fc, p->batch_invariant);
     e->invariant = p->batch_invariant != 0;
     e->draft_max = p->draft_max < 0 ? 0 : p->draft_max > 32 ? 32 : p->draft_max;
-    const size_t tok_bytes =
-        (size_t)(m->hp.n_layer * 2 * m->hp.n_head_kv * m->hp.head_dim) * sizeof(float);
-    e->kv_budget_tokens = p->kv_budget_bytes ? (int64_t)(p->kv_budget_bytes / tok_bytes) : 0;
-    if (p->kv_budget_bytes && e->kv_budget_tokens < 1)
-        e->kv_budget_tokens = 1;
-    e->pc_seqs = p->prefix_cache_seqs;
-    e->pc_bytes = p->prefix_cache_bytes;
-    e->pc = prefix_cache_new(m, e->pc_seqs, e->pc_bytes);
+    /* One pool holds the running sequences' KV and the cached prefixes: kv_budget_bytes sizes
+     * it, else the older prefix_cache_bytes (0 for both: no limit). */
+    e->pool = kv_pool_new(m, p->kv_budget_bytes ? p->kv_budget_bytes : p->prefix_cache_bytes);
+    e->tree = radix_new(e->pool);
+    e->kv_budget_tokens = e->pool->max_blocks * KV_BLOCK;
     e->logits = af_xmalloc((size_t)m->hp.n_vocab * sizeof(float));
     pthread_mutex_init(&e->mu, NULL);
     pthread_cond_init(&e->idle_cv, NULL);
@@ -117,7 +114,8 @@ void af_engine_free(struct af_engine *e)
 {
     if (!e)
         return;
-    prefix_cache_free(e->pc);
+    radix_free(e->tree);
+    kv_pool_free(e->pool);
     fwd_ctx_free(e->fc);
     lora_free(e->lora);
     free(e->lora_dir);
@@ -179,8 +177,7 @@ int af_engine_set_lora(struct af_engine *e, const struct lora_adapter *l, char *
         free(e->lora_dir);
         e->lora_dir = NULL;
     }
-    prefix_cache_free(e->pc);
-    e->pc = prefix_cache_new(e->m, e->pc_seqs, e->pc_bytes);
+    radix_invalidate(e->tree);
     engine_exclusive_end(e);
     lora_free(old);
     return AF_OK;
@@ -257,8 +254,7 @@ int af_engine_set_weights(struct af_engine *e, const char *const *names, const f
         w->data = bufs[i];
         e->owned_w[e->n_owned_w++] = bufs[i];
     }
-    prefix_cache_free(e->pc);
-    e->pc = prefix_cache_new(e->m, e->pc_seqs, e->pc_bytes);
+    radix_invalidate(e->tree);
     engine_exclusive_end(e);
     free(bufs);
     free(ws);
@@ -334,6 +330,14 @@ char *af_engine_info_json(struct af_engine *e)
                         json_integer((json_int_t)e->kv_budget_tokens));
     json_object_set_new(json_object_get(j, "batching"), "preempted",
                         json_integer((json_int_t)e->n_preempted));
+    const struct kv_snap *ks = &e->kv_snap;
+    json_object_set_new(j, "kv_cache",
+                        json_pack("{s:i,s:I,s:I,s:I,s:I,s:I,s:I}", "block_tokens", KV_BLOCK,
+                                  "block_bytes", (json_int_t)kv_pool_block_bytes(e->pool),
+                                  "blocks_total", (json_int_t)e->pool->max_blocks, "blocks_used",
+                                  (json_int_t)ks->blocks_used, "blocks_cached",
+                                  (json_int_t)ks->blocks_cached, "hit_tokens", (json_int_t)ks->hits,
+                                  "evicted_blocks", (json_int_t)ks->evicted));
     pthread_mutex_unlock(&e->mu);
     char *s = json_dumps(j, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
     json_decref(j);
@@ -387,20 +391,21 @@ int af_engine_logits(struct af_engine *e, const int32_t *ids, size_t n_ids, int 
     }
     engine_exclusive_begin(e, 0);
     int rc;
-    if (all_logits) {
-        struct kv_seq s;
-        kv_seq_init(&s, e->m);
+    /* Blocks past the pool's budget if need be (fwd_eval): this call is the one that runs. */
+    struct kv_seq s;
+    kv_seq_init_pool(&s, e->pool);
+    if (all_logits) { /* every row from scratch, and nothing cached (as before) */
         rc = fwd_eval(e->fc, &s, ids, (int64_t)n_ids, FWD_LOGITS_ALL, logits, err, errlen);
-        kv_seq_deinit(&s);
+        radix_release(e->tree, &s, 0);
     } else {
-        int64_t reused = 0;
-        struct kv_seq *s = prefix_acquire(e->pc, ids, (int64_t)n_ids, &reused);
-        rc = fwd_eval(e->fc, s, ids + reused, (int64_t)n_ids - reused, FWD_LOGITS_LAST, logits, err,
-                      errlen);
+        const int64_t reused = radix_acquire(e->tree, &s, ids, (int64_t)n_ids);
+        rc = fwd_eval(e->fc, &s, ids + reused, (int64_t)n_ids - reused, FWD_LOGITS_LAST, logits,
+                      err, errlen);
         if (rc)
-            kv_seq_truncate(s, reused);
-        prefix_release(e->pc, s);
+            kv_seq_truncate(&s, reused);
+        radix_release(e->tree, &s, 1);
     }
+    kv_seq_deinit(&s);
     engine_exclusive_end(e);
     return rc;
 }

@@ -3,8 +3,9 @@
  * and sched.c (generation: the scheduler that runs many requests at once).
  *
  * Locking: mu guards the queue and `busy`. The thread that holds `busy` (the scheduler's
- * driver, or an exclusive call) alone touches the forward context, the prefix cache, the
- * adapter and the requests' sequences, without holding mu while it computes.
+ * driver, or an exclusive call) alone touches the forward context, the KV pool and its radix
+ * tree, the adapter and the requests' sequences, without holding mu while it computes. What
+ * others may read of the pool (af_engine_info_json) is copied into kv_snap under mu.
  */
 #ifndef AF_ENGINE_ENGINE_INT_H
 #define AF_ENGINE_ENGINE_INT_H
@@ -15,7 +16,8 @@
 #include "agentflow/engine.h"
 #include "engine/chat.h"
 #include "engine/forward.h"
-#include "engine/prefix.h"
+#include "engine/kv_pool.h"
+#include "engine/radix.h"
 
 struct gen_req;
 
@@ -24,12 +26,11 @@ struct af_engine {
     struct lora_adapter *lora; /* owned; NULL = none */
     char *lora_dir;            /* owned; NULL = none */
     struct fwd_ctx *fc;
-    struct prefix_cache *pc;
+    struct kv_pool *pool; /* the paged KV cache: every sequence's blocks */
+    struct radix *tree;   /* its index of cached prefixes */
     enum chat_template tmpl;
     char *default_system;
-    float *logits; /* n_vocab */
-    int pc_seqs;   /* the prefix cache's limits, to make it anew */
-    size_t pc_bytes;
+    float *logits;      /* n_vocab */
     pthread_mutex_t mu; /* the queue, the busy flag; the rest belongs to whoever is busy */
     pthread_cond_t idle_cv;
     int busy;                 /* a thread drives the scheduler or runs an exclusive call */
@@ -38,7 +39,7 @@ struct af_engine {
     int max_batch;            /* sequences decoded together */
     int invariant;            /* batch_invariant mode */
     int draft_max;            /* prompt-lookup draft tokens per request and step; 0 = off */
-    int64_t kv_budget_tokens; /* KV tokens the running generations may hold; 0 = no limit */
+    int64_t kv_budget_tokens; /* the pool's size in tokens (blocks x KV_BLOCK) */
     float *step_logits;       /* [max_batch][n_vocab] */
     void **owned_w; /* weight buffers set by af_engine_set_weights (freed with the engine) */
     size_t n_owned_w;
@@ -46,7 +47,14 @@ struct af_engine {
     long long n_steps, n_rows, max_rows;
     long long n_drafted, n_draft_kept; /* draft tokens tried and kept (driver only) */
     long long n_preempted;             /* generations paused for the KV budget (under mu) */
+    struct kv_snap {                   /* the pool and tree as of the last step (under mu) */
+        int64_t blocks_used, blocks_cached, nodes;
+        long long hits, evicted;
+    } kv_snap;
 };
+
+/* Copies the pool's counters into e->kv_snap; mu held, by the busy thread. */
+void engine_kv_snapshot(struct af_engine *e);
 
 /* Waits until no thread is busy (and, with drain, no generation is queued or running), then
  * makes the caller the busy one. */

@@ -2,7 +2,7 @@
  * forward.c - the inference forward pass (see forward.h), written to follow llama.cpp's
  * arithmetic closely: RMSNorm sums in double, RoPE angles advanced in float as ggml does,
  * activations rounded to each weight's vec-dot type (quant.h) before the matmul, an F32 KV
- * cache, and softmax with the running max subtracted.
+ * cache in blocks (kv_pool.h), and softmax with the running max subtracted.
  *
  * Shapes (per micro-batch of nb tokens): x, xn [nb][n_embd]; q [nb][n_head*hd];
  * k, v [nb][n_head_kv*hd]; att [nb][n_head*hd]; gate, up [nb][n_ff]; logits [rows][n_vocab].
@@ -21,14 +21,17 @@
 #include "engine/quant.h"
 
 #define UBATCH 256
+/* Positions whose keys attention gathers and scores at a time (a multiple of KV_BLOCK). */
+#define ATT_KEY_BLOCK 512
 
 struct fwd_ctx {
     const struct model *m;
     int64_t max_ctx;
     int n_threads;
     float *x, *xn, *q, *k, *v, *att, *gate, *up, *rope_cos, *rope_sin;
-    float *scores; /* [n_threads][group][max_ctx] */
-    void *qbuf;    /* prepared activations: UBATCH rows of the widest input */
+    float *scores;  /* [n_threads][group][max_ctx] */
+    float *kgather; /* [n_threads][head_dim][ATT_KEY_BLOCK]: keys gathered from blocks */
+    void *qbuf;     /* prepared activations: UBATCH rows of the widest input */
     size_t qbuf_row;
     const struct lora_adapter *lora; /* borrowed; NULL = none */
     float *lora_tmp;                 /* [UBATCH][rank] */
@@ -37,92 +40,6 @@ struct fwd_ctx {
     int64_t *row_pos;
     float *pad_out; /* [2][widest output] for those */
 };
-
-/* ---- KV sequences --------------------------------------------------------------------- */
-
-void kv_seq_init(struct kv_seq *s, const struct model *m)
-{
-    memset(s, 0, sizeof *s);
-    s->n_layer = m->hp.n_layer;
-    s->kv_dim = m->hp.n_head_kv * m->hp.head_dim;
-}
-
-void kv_seq_deinit(struct kv_seq *s)
-{
-    if (!s)
-        return;
-    free(s->tokens);
-    free(s->k);
-    free(s->v);
-    memset(s, 0, sizeof *s);
-}
-
-static float *regrow(float *old, int64_t n_layer, int64_t old_cap, int64_t new_cap, int64_t dim,
-                     int64_t n_used)
-{
-    float *p = af_xmalloc((size_t)(n_layer * new_cap * dim) * sizeof(float));
-    for (int64_t l = 0; l < n_layer && old; l++)
-        memcpy(p + (size_t)(l * new_cap * dim), old + (size_t)(l * old_cap * dim),
-               (size_t)(n_used * dim) * sizeof(float));
-    free(old);
-    return p;
-}
-
-/* Keys are stored transposed, [layer][kv_dim][cap], so the scores of one query against many
- * positions are plain vertical multiply-adds (see attention()). */
-static float *regrow_rows(float *old, int64_t rows, int64_t old_cap, int64_t new_cap,
-                          int64_t n_used)
-{
-    float *p = af_xmalloc((size_t)(rows * new_cap) * sizeof(float));
-    for (int64_t r = 0; r < rows && old; r++)
-        memcpy(p + (size_t)(r * new_cap), old + (size_t)(r * old_cap),
-               (size_t)n_used * sizeof(float));
-    free(old);
-    return p;
-}
-
-static void kv_seq_reserve(struct kv_seq *s, int64_t need)
-{
-    if (need <= s->cap)
-        return;
-    int64_t cap = s->cap ? s->cap : 64;
-    while (cap < need)
-        cap *= 2;
-    s->k = regrow_rows(s->k, s->n_layer * s->kv_dim, s->cap, cap, s->n);
-    s->v = regrow(s->v, s->n_layer, s->cap, cap, s->kv_dim, s->n);
-    s->tokens = af_xrealloc(s->tokens, (size_t)cap * sizeof *s->tokens);
-    s->cap = cap;
-}
-
-void kv_seq_truncate(struct kv_seq *s, int64_t n)
-{
-    if (n < s->n)
-        s->n = n < 0 ? 0 : n;
-}
-
-void kv_seq_copy_prefix(struct kv_seq *dst, const struct kv_seq *src, int64_t n)
-{
-    if (n > src->n)
-        n = src->n;
-    dst->n = 0;
-    kv_seq_reserve(dst, n);
-    for (int64_t l = 0; l < src->n_layer; l++) {
-        size_t d = (size_t)(l * dst->cap * dst->kv_dim), o = (size_t)(l * src->cap * src->kv_dim);
-        memcpy(dst->v + d, src->v + o, (size_t)(n * src->kv_dim) * sizeof(float));
-        for (int64_t c = 0; c < src->kv_dim; c++)
-            memcpy(dst->k + (size_t)((l * dst->kv_dim + c) * dst->cap),
-                   src->k + (size_t)((l * src->kv_dim + c) * src->cap), (size_t)n * sizeof(float));
-    }
-    if (n)
-        memcpy(dst->tokens, src->tokens, (size_t)n * sizeof *src->tokens);
-    dst->n = n;
-}
-
-size_t kv_seq_bytes(const struct kv_seq *s)
-{
-    return (size_t)(2 * s->n_layer * s->cap * s->kv_dim) * sizeof(float) +
-           (size_t)s->cap * sizeof *s->tokens;
-}
 
 /* ---- Context -------------------------------------------------------------------------- */
 
@@ -169,14 +86,17 @@ void fwd_ctx_set_threads(struct fwd_ctx *c, int n_threads)
     const int64_t group = c->m->hp.n_head / c->m->hp.n_head_kv;
     c->scores =
         af_xmalloc((size_t)c->n_threads * (size_t)group * (size_t)c->max_ctx * sizeof(float));
+    free(c->kgather);
+    c->kgather = af_xmalloc((size_t)c->n_threads * (size_t)c->m->hp.head_dim * ATT_KEY_BLOCK *
+                            sizeof(float));
 }
 
 void fwd_ctx_free(struct fwd_ctx *c)
 {
     if (!c)
         return;
-    float *bufs[] = {c->x,    c->xn, c->q,      c->k,        c->v,       c->att,
-                     c->gate, c->up, c->scores, c->rope_cos, c->rope_sin};
+    float *bufs[] = {c->x,    c->xn, c->q,      c->k,        c->v,        c->att,
+                     c->gate, c->up, c->scores, c->rope_cos, c->rope_sin, c->kgather};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         free(bufs[i]);
     free(c->qbuf);
@@ -333,12 +253,31 @@ static void rope_apply(const struct fwd_ctx *c, float *x, int64_t n_heads, int64
         }
 }
 
-#define ATT_KEY_BLOCK 512
+/* Copies the keys of positions [t0, t0 + len) of s (layer il, dims c0..c0+hd) out of their
+ * blocks into kg, [hd][ATT_KEY_BLOCK]: the score loop then runs over one contiguous row per
+ * dimension, as it would over one long array. t0 is a multiple of KV_BLOCK. */
+static void gather_keys(const struct kv_seq *s, int64_t il, int64_t c0, int64_t hd, int64_t t0,
+                        int64_t len, float *kg)
+{
+    for (int64_t t = t0; t < t0 + len; t += KV_BLOCK) {
+        const float *K = kv_block_k(s->pool, s->blocks[t / KV_BLOCK], il) + c0 * KV_BLOCK;
+        float *dst = kg + (t - t0);
+        if (t0 + len - t >= KV_BLOCK) {
+            for (int64_t i = 0; i < hd; i++)
+                memcpy(dst + i * ATT_KEY_BLOCK, K + i * KV_BLOCK, KV_BLOCK * sizeof(float));
+        } else {
+            const size_t n = (size_t)(t0 + len - t) * sizeof(float);
+            for (int64_t i = 0; i < hd; i++)
+                memcpy(dst + i * ATT_KEY_BLOCK, K + i * KV_BLOCK, n);
+        }
+    }
+}
 
 /* Causal attention of nb new tokens (positions pos0..) over the sequence's cached keys. One work
  * item is a (token, kv head) pair: its `group` query heads share each loaded row of keys, in
- * blocks of ATT_KEY_BLOCK positions so the rows and the scores stay in L1. Each score still sums
- * q[i] * k[i] in order of i, as a scalar loop would; the vector lanes run over positions. */
+ * spans of ATT_KEY_BLOCK positions so the rows and the scores stay in L1. Each score still sums
+ * q[i] * k[i] in order of i, as a scalar loop would; the vector lanes run over positions (and
+ * since axpy rounds each lane alike, where a span or block starts does not change a bit). */
 static void attention(struct fwd_ctx *c, int64_t il, int64_t nb)
 {
     const struct model_hparams *hp = &c->m->hp;
@@ -351,19 +290,19 @@ static void attention(struct fwd_ctx *c, int64_t il, int64_t nb)
     for (int64_t j = 0; j < nb; j++)
         for (int64_t kvh = 0; kvh < nkv; kvh++) {
             const struct kv_seq *s = c->row_seq[j];
-            const int64_t cap = s->cap;
-            const float *K = s->k + (size_t)(il * kvd * cap), *V = s->v + (size_t)(il * cap * kvd);
-            float *sc0 = c->scores + (size_t)omp_get_thread_num() * (size_t)(group * c->max_ctx);
+            const int tid = omp_get_thread_num();
+            float *sc0 = c->scores + (size_t)tid * (size_t)(group * c->max_ctx);
+            float *kg = c->kgather + (size_t)tid * (size_t)(hd * ATT_KEY_BLOCK);
             const int64_t n_keys = c->row_pos[j] + 1;
-            const float *kt = K + (size_t)(kvh * hd * cap);
             for (int64_t t0 = 0; t0 < n_keys; t0 += ATT_KEY_BLOCK) {
                 const int64_t len = n_keys - t0 < ATT_KEY_BLOCK ? n_keys - t0 : ATT_KEY_BLOCK;
+                gather_keys(s, il, kvh * hd, hd, t0, len, kg);
                 for (int64_t g = 0; g < group; g++)
                     memset(sc0 + g * c->max_ctx + t0, 0, (size_t)len * sizeof(float));
                 for (int64_t i = 0; i < hd; i++)
                     for (int64_t g = 0; g < group; g++) {
                         const float *q = c->q + (j * nh + kvh * group + g) * hd;
-                        axpy(len, q[i], kt + (size_t)(i * cap + t0), sc0 + g * c->max_ctx + t0);
+                        axpy(len, q[i], kg + i * ATT_KEY_BLOCK, sc0 + g * c->max_ctx + t0);
                     }
             }
             for (int64_t g = 0; g < group; g++) {
@@ -381,8 +320,10 @@ static void attention(struct fwd_ctx *c, int64_t il, int64_t nb)
                 const float inv = (float)(1.0 / sum);
                 float *o = c->att + (j * nh + kvh * group + g) * hd;
                 memset(o, 0, (size_t)hd * sizeof *o);
-                for (int64_t t = 0; t < n_keys; t++)
-                    axpy(hd, sc[t] * inv, V + t * kvd + kvh * hd, o);
+                for (int64_t t = 0; t < n_keys; t++) {
+                    const float *V = kv_block_v(s->pool, s->blocks[t / KV_BLOCK], il);
+                    axpy(hd, sc[t] * inv, V + (t % KV_BLOCK) * kvd + kvh * hd, o);
+                }
             }
         }
 }
@@ -391,12 +332,12 @@ static void store_kv(struct fwd_ctx *fc, int64_t il, int64_t nb, const float *k,
 {
     for (int64_t j = 0; j < nb; j++) {
         struct kv_seq *s = fc->row_seq[j];
-        const int64_t pos = fc->row_pos[j];
-        memcpy(s->v + (size_t)((il * s->cap + pos) * s->kv_dim), v + j * s->kv_dim,
-               (size_t)s->kv_dim * sizeof(float));
-        float *kt = s->k + (size_t)(il * s->kv_dim * s->cap);
-        for (int64_t c = 0; c < s->kv_dim; c++)
-            kt[(size_t)(c * s->cap + pos)] = k[j * s->kv_dim + c];
+        const int64_t pos = fc->row_pos[j], o = pos % KV_BLOCK, kvd = s->kv_dim;
+        const int32_t blk = s->blocks[pos / KV_BLOCK];
+        memcpy(kv_block_v(s->pool, blk, il) + o * kvd, v + j * kvd, (size_t)kvd * sizeof(float));
+        float *kt = kv_block_k(s->pool, blk, il);
+        for (int64_t d = 0; d < kvd; d++)
+            kt[d * KV_BLOCK + o] = k[j * kvd + d];
     }
 }
 
@@ -514,7 +455,10 @@ int fwd_eval(struct fwd_ctx *c, struct kv_seq *s, const int32_t *tokens, int64_t
                     (long long)i, tokens[i], (long long)hp->n_vocab);
             return AF_EINVAL;
         }
-    kv_seq_reserve(s, s->n + n);
+    if (kv_seq_reserve(s, s->n + n, 1)) {
+        af_errf(err, errlen, "no KV block for %lld more tokens", (long long)n);
+        return AF_ENOMEM;
+    }
     for (int64_t done = 0; done < n; done += UBATCH) {
         const int64_t nb = n - done < UBATCH ? n - done : UBATCH, pos0 = s->n;
         for (int64_t j = 0; j < nb; j++) {
@@ -578,7 +522,10 @@ int fwd_eval_rows(struct fwd_ctx *c, struct kv_seq *const *seqs, const int32_t *
         c->row_pos[j] = seqs[j]->n + before;
     }
     for (int64_t j = 0; j < n; j++) {
-        kv_seq_reserve(seqs[j], c->row_pos[j] + 1);
+        if (kv_seq_reserve(seqs[j], c->row_pos[j] + 1, 1)) {
+            af_errf(err, errlen, "no KV block for sequence %lld", (long long)j);
+            return AF_ENOMEM;
+        }
         c->row_seq[j] = seqs[j];
     }
     embed(c, tokens, n);

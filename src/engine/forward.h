@@ -3,8 +3,9 @@
  * RMSNorm -> attention (QKV with optional bias, RoPE, causal GQA over the cached keys) ->
  * residual -> RMSNorm -> SwiGLU -> residual, then the final norm and the output head.
  *
- * A kv_seq holds the keys and values of one token sequence (F32, [layer][pos][kv_dim]) and the
- * tokens themselves, so the prefix cache can match new prompts against it. A fwd_ctx holds the
+ * A kv_seq (kv_pool.h) holds the keys and values of one token sequence in blocks of the paged
+ * KV cache, and the tokens themselves, so the radix tree can match new prompts against them.
+ * Attention reads the keys and values through the sequence's block table. A fwd_ctx holds the
  * scratch buffers of one caller; neither is thread-safe, and one fwd_ctx runs its matmuls and
  * attention on n_threads OpenMP threads.
  */
@@ -15,25 +16,8 @@
 #include <stdint.h>
 
 #include "agentflow/err.h"
+#include "engine/kv_pool.h"
 #include "engine/model.h"
-
-struct kv_seq {
-    int64_t n_layer, kv_dim;
-    int64_t n;   /* tokens cached */
-    int64_t cap; /* positions allocated */
-    int32_t *tokens;
-    float *k; /* [n_layer][kv_dim][cap]: transposed, for the score loop */
-    float *v; /* [n_layer][cap][kv_dim] */
-};
-
-void kv_seq_init(struct kv_seq *s, const struct model *m);
-void kv_seq_deinit(struct kv_seq *s);
-/* Keeps the first n tokens (n <= s->n). */
-void kv_seq_truncate(struct kv_seq *s, int64_t n);
-/* Makes dst a copy of the first n positions of src (dst initialised for the same model). */
-void kv_seq_copy_prefix(struct kv_seq *dst, const struct kv_seq *src, int64_t n);
-/* Bytes held by the sequence. */
-size_t kv_seq_bytes(const struct kv_seq *s);
 
 struct fwd_ctx;
 
@@ -59,7 +43,9 @@ void fwd_ctx_set_invariant(struct fwd_ctx *c, int on);
 
 enum fwd_logits { FWD_LOGITS_NONE, FWD_LOGITS_LAST, FWD_LOGITS_ALL };
 
-/* Appends n tokens to s and computes their keys and values (in batches). Logits of the last
+/* Appends n tokens to s and computes their keys and values (in batches). The blocks for them
+ * come from s's pool with force (past its budget if need be): a caller that must respect the
+ * budget reserves them first (kv_seq_reserve). Logits of the last
  * token (FWD_LOGITS_LAST) or of each new token (FWD_LOGITS_ALL, n rows) go to `logits`
  * (n_vocab floats per row; caller-provided). Fails with AF_EINVAL (message in err) on a token
  * id outside the vocabulary or when the sequence would exceed max_ctx; s is unchanged then.
@@ -72,9 +58,9 @@ AF_NODISCARD int fwd_eval(struct fwd_ctx *c, struct kv_seq *s, const int32_t *to
  * every layer run as one matmul of n rows (attention per row). A sequence may fill several
  * adjacent rows: its tokens at successive positions, each row attending up to its own (how a
  * draft is verified). logits gets n rows of n_vocab floats. With invariant mode on, each row
- * has the bits it would have alone. AF_EINVAL names the row at fault (a full context, a bad
- * id, a sequence in rows that are not adjacent, more than FWD_MAX_ROWS rows); no sequence
- * changes then. AF_EPARSE as fwd_eval for non-finite values. */
+ * has the bits it would have alone. Blocks as fwd_eval. AF_EINVAL names the row at fault (a full
+ * context, a bad id, a sequence in rows that are not adjacent, more than FWD_MAX_ROWS rows); no
+ * sequence changes then. AF_EPARSE as fwd_eval for non-finite values. */
 #define FWD_MAX_ROWS 256
 AF_NODISCARD int fwd_eval_rows(struct fwd_ctx *c, struct kv_seq *const *seqs, const int32_t *tokens,
                                int64_t n, float *logits, char *err, size_t errlen);

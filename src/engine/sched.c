@@ -4,17 +4,25 @@
  * Every af_engine_generate call queues a request and waits. One of the waiting threads is the
  * driver: it runs scheduler steps until its own request is done, then hands the role to the
  * next waiting request's thread. A step
- *   1. admits queued requests (up to max_batch at once), each taking its own KV sequence from
- *      the prefix cache (the longest cached prefix of its prompt is reused);
- *   2. evaluates one chunk (prefill_chunk tokens) of the oldest request still in its prompt,
- *      so a long prompt never stalls the others for more than a chunk; a finished prompt
- *      samples its first token;
- *   3. decodes one token of every request past its prompt together: one matmul with a row per
+ *   1. admits queued requests, first come first served: up to max_batch at once, and while
+ *      the KV pool has room for their prompts (less what they will reuse);
+ *   2. plans the step: the oldest request still in its prompt takes its KV sequence from the
+ *      radix tree (the longest cached prefix of its prompt, of any earlier or running request,
+ *      is reused) and gets the blocks for one chunk (prefill_chunk tokens); every request past
+ *      its prompt gets the blocks for its next token and its drafts. When the pool has no
+ *      block left, even after evicting every cached block no sequence holds, the newest
+ *      request holding blocks is preempted: its blocks go back (its full ones stay cached)
+ *      and it is requeued, to be recomputed when admitted again. The oldest never is: it
+ *      takes blocks past the budget if it must, so one request always runs;
+ *   3. evaluates that chunk, so a long prompt never stalls the others for more than a chunk;
+ *      a finished prompt samples its first token;
+ *   4. decodes one token of every request past its prompt together: one matmul with a row per
  *      sequence for the projections and the MLP, attention per sequence (fwd_eval_rows).
- * Requests join and leave at token boundaries. Each request samples with its own sampler and
- * seed, so its text does not depend on the others'; with the engine's batch_invariant mode its
- * bits do not either. The driver computes without holding the lock, so new requests queue
- * while it works; on_token callbacks run on the driver's thread.
+ * After each evaluation the blocks that filled join the radix tree. Requests join and leave
+ * at token boundaries. Each request samples with its own sampler and seed, so its text does
+ * not depend on the others'; with the engine's batch_invariant mode its bits do not either.
+ * The driver computes without holding the lock, so new requests queue while it works;
+ * on_token callbacks run on the driver's thread.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -43,8 +51,9 @@ struct gen_req {
     const int32_t *feed;
     int32_t *resume;
     int64_t n_feed, fed;
-    int resumed; /* the sequence is being rebuilt after a preemption: nothing to sample */
-    struct kv_seq *seq;
+    int resumed;        /* the sequence is being rebuilt after a preemption: nothing to sample */
+    struct kv_seq *seq; /* &kv while the request holds blocks, else NULL */
+    struct kv_seq kv;
     struct sampler *smp;
     int32_t pending; /* the token the next decode step feeds */
     enum rq_state st;
@@ -79,6 +88,7 @@ void engine_exclusive_begin(struct af_engine *e, int drain)
 void engine_exclusive_end(struct af_engine *e)
 {
     pthread_mutex_lock(&e->mu);
+    engine_kv_snapshot(e);
     e->busy = 0;
     wake_next(e);
     pthread_mutex_unlock(&e->mu);
@@ -181,13 +191,19 @@ static void fail_req(struct gen_req *g, int rc, const char *err)
     g->st = RQ_DONE;
 }
 
+/* The prompt tokens g evaluates in its next chunk. */
+static int64_t chunk_of(const struct af_engine *e, const struct gen_req *g)
+{
+    const int64_t left = g->n_feed - g->fed;
+    return left < e->prefill_chunk ? left : e->prefill_chunk;
+}
+
 /* One prompt chunk of g; a finished prompt samples its first token. */
 static void prefill_chunk(struct af_engine *e, struct gen_req *g)
 {
     char err[512] = "";
-    const int64_t left = g->n_feed - g->fed;
-    const int64_t n = left < e->prefill_chunk ? left : e->prefill_chunk;
-    const int last = n == left;
+    const int64_t n = chunk_of(e, g);
+    const int last = n == g->n_feed - g->fed;
     const double t0 = af_clock_ms();
     int rc = fwd_eval(e->fc, g->seq, g->feed + g->fed, n,
                       last && !g->resumed ? FWD_LOGITS_LAST : FWD_LOGITS_NONE, e->logits, err,
@@ -198,6 +214,7 @@ static void prefill_chunk(struct af_engine *e, struct gen_req *g)
         return;
     }
     g->fed += n;
+    radix_commit(e->tree, g->seq);
     if (!last)
         return;
     if (g->resumed) { /* its next token is known: decoding goes on where it stopped */
@@ -248,44 +265,34 @@ static int64_t draft_for(const struct gen_req *g, int32_t *out, int64_t max)
     return 0;
 }
 
-/* One token of every request in reqs[0..n), and with drafts on, up to draft_max more each:
- * the guessed tokens ride in the same step as extra rows of their sequence, and each is kept
+/* What one step runs: a prompt chunk, and decode rows (a request's token, then its drafts). */
+struct plan {
+    struct gen_req *pre;
+    struct gen_req *reqs[FWD_MAX_ROWS];
+    int64_t n;
+    struct kv_seq *seqs[FWD_MAX_ROWS];
+    int32_t toks[FWD_MAX_ROWS];
+    int64_t first[FWD_MAX_ROWS + 1], rows;
+};
+
+/* One token of every planned request, and with drafts on, up to draft_max more each: the
+ * guessed tokens ride in the same step as extra rows of their sequence, and each is kept
  * while the token sampled before it equals it. Sampling is the same as without drafts (one
  * draw per kept token, in order), so a greedy or seeded request writes the same text. */
-static void decode_step(struct af_engine *e, struct gen_req **reqs, int64_t n)
+static void decode_step(struct af_engine *e, const struct plan *pl)
 {
     const int64_t V = e->m->hp.n_vocab;
     if (!e->step_logits)
         e->step_logits = af_xmalloc((size_t)FWD_MAX_ROWS * (size_t)V * sizeof(float));
-    struct kv_seq *seqs[FWD_MAX_ROWS];
-    int32_t toks[FWD_MAX_ROWS];
-    int64_t first[FWD_MAX_ROWS + 1], rows = 0;
-    for (int64_t j = 0; j < n; j++) {
-        first[j] = rows;
-        seqs[rows] = reqs[j]->seq;
-        toks[rows++] = reqs[j]->pending;
-        /* Drafts only while every request still has its own row. */
-        int64_t room = FWD_MAX_ROWS - rows - (n - j - 1);
-        int64_t max = e->draft_max < room ? e->draft_max : room;
-        int64_t left = fwd_ctx_max_ctx(e->fc) - reqs[j]->seq->n - 1;
-        max = max < left ? max : left;
-        if (max > 0 && reqs[j]->r->n_ids > 0) {
-            int64_t d = draft_for(reqs[j], toks + rows, max);
-            for (int64_t k = 0; k < d; k++)
-                seqs[rows + k] = reqs[j]->seq;
-            rows += d;
-        }
-    }
-    first[n] = rows;
     char err[512] = "";
-    int rc = fwd_eval_rows(e->fc, seqs, toks, rows, e->step_logits, err, sizeof err);
-    for (int64_t j = 0; j < n; j++) {
-        struct gen_req *g = reqs[j];
+    int rc = fwd_eval_rows(e->fc, pl->seqs, pl->toks, pl->rows, e->step_logits, err, sizeof err);
+    for (int64_t j = 0; j < pl->n; j++) {
+        struct gen_req *g = pl->reqs[j];
         if (rc) {
             fail_req(g, rc, err);
             continue;
         }
-        const int64_t n_draft = first[j + 1] - first[j] - 1;
+        const int64_t n_draft = pl->first[j + 1] - pl->first[j] - 1;
         const int64_t base = g->seq->n - n_draft - 1; /* the position of the pending token */
         int64_t r = 0;
         for (;; r++) {
@@ -293,10 +300,11 @@ static void decode_step(struct af_engine *e, struct gen_req **reqs, int64_t n)
              * without drafts (take_token checks its length); the KV of the rest stays in
              * place until it is kept or overwritten. */
             g->seq->n = base + r + 1;
-            sample_next(e, g, e->step_logits + (size_t)(first[j] + r) * (size_t)V);
-            if (g->st == RQ_DONE || r == n_draft || g->pending != toks[first[j] + r + 1])
+            sample_next(e, g, e->step_logits + (size_t)(pl->first[j] + r) * (size_t)V);
+            if (g->st == RQ_DONE || r == n_draft || g->pending != pl->toks[pl->first[j] + r + 1])
                 break;
         }
+        radix_commit(e->tree, g->seq);
         e->n_drafted += n_draft;
         e->n_draft_kept += r;
     }
@@ -304,79 +312,189 @@ static void decode_step(struct af_engine *e, struct gen_req **reqs, int64_t n)
 
 /* ---- the driver ------------------------------------------------------------------------ */
 
-/* Admits queued requests; called with mu held. */
-/* KV tokens the active requests hold or will hold once fed: what the budget counts. */
-static int64_t active_tokens(const struct af_engine *e, int *n_active)
+/* Blocks the pool must still find for q's prompt (and its first token), and of the blocks
+ * it will reuse, those that sit idle in the cache now (*idle): taking them leaves less room. */
+static int64_t prompt_blocks(const struct af_engine *e, const struct gen_req *q, int64_t *idle)
 {
-    int64_t t = 0;
-    int n = 0;
-    for (const struct gen_req *q = e->queue; q; q = q->next)
-        if (q->st == RQ_PREFILL || q->st == RQ_DECODE) {
-            t += (q->st == RQ_PREFILL ? q->n_feed : q->seq->n) + 1 + e->draft_max;
-            n++;
-        }
-    *n_active = n;
-    return t;
+    int64_t shared = 0;
+    radix_peek(e->tree, q->feed, q->n_feed, &shared, idle);
+    return (q->n_feed + 1 + KV_BLOCK - 1) / KV_BLOCK - shared;
 }
 
+/* Admits queued requests while the pool has room for their prompts (less what they reuse from
+ * the radix tree), beside what the admitted ones not yet started will take, with a block to
+ * spare for each running decode; unless nothing runs (one request always does). A running
+ * request's growth is not reserved: when the pool runs out, preemption makes room. Their
+ * sequences come later, when their prompt is next to be evaluated, so they reuse what the
+ * requests before them just computed. Mu held. */
 static void admit(struct af_engine *e)
 {
     int active = 0;
-    int64_t held = active_tokens(e, &active);
+    int64_t room = e->pool->max_blocks - (e->pool->n_used - e->pool->n_cached), idle = 0;
+    for (const struct gen_req *q = e->queue; q; q = q->next) {
+        if (q->st == RQ_DECODE) {
+            active++;
+            room--;
+        } else if (q->st == RQ_PREFILL) {
+            active++;
+            if (!q->seq) {
+                room -= prompt_blocks(e, q, &idle);
+                room -= idle;
+            }
+        }
+    }
     for (struct gen_req *q = e->queue; q && active < e->max_batch; q = q->next) {
         if (q->st != RQ_WAIT)
             continue;
-        const int64_t need = q->n_feed + 1 + e->draft_max;
-        /* Over the KV budget, a request waits, unless nothing runs (it then runs alone). */
-        if (e->kv_budget_tokens > 0 && active > 0 && held + need > e->kv_budget_tokens)
+        const int64_t need = prompt_blocks(e, q, &idle) + idle;
+        if (active > 0 && need > room)
             break;
-        int64_t reused = 0;
-        q->seq = prefix_acquire(e->pc, q->feed, q->n_feed, &reused);
-        q->fed = reused;
-        if (!q->resumed)
-            q->r->n_cached = (size_t)reused;
         q->st = RQ_PREFILL;
-        held += need;
+        room -= need;
         active++;
     }
 }
 
-/* Frees the KV of the newest running request while the active ones need more than the budget
- * (one request always keeps running). Its sequence goes back to the prefix cache, so when it
- * is admitted again the part still cached is reused and the rest evaluated anew; its sampler
- * and output stay, and decoding resumes with the token it was about to feed. Mu held. */
-static void preempt(struct af_engine *e)
+/* Takes g's blocks back (its full blocks and its last partial one stay cached, so when it is
+ * admitted again the part still cached is reused and the rest evaluated anew) and requeues
+ * it; its sampler and output stay, and decoding resumes with the token it was about to feed.
+ * Mu held. */
+static void preempt(struct af_engine *e, struct gen_req *g)
 {
-    int active = 0;
-    while (e->kv_budget_tokens > 0 && active_tokens(e, &active) > e->kv_budget_tokens &&
-           active > 1) {
-        struct gen_req *victim = NULL;
-        for (struct gen_req *q = e->queue; q; q = q->next)
-            if (q->st == RQ_PREFILL || q->st == RQ_DECODE)
-                victim = q;
-        if (!victim)
-            break;
-        if (victim->st == RQ_DECODE) {
-            /* The sequence holds the prompt and every output token but the pending one. */
-            const struct af_engine_result *r = victim->r;
-            const int64_t n = victim->n_prompt + (int64_t)r->n_ids - 1;
-            int32_t *buf = af_xmalloc((size_t)n * sizeof *buf);
-            memcpy(buf, victim->prompt, (size_t)victim->n_prompt * sizeof *buf);
-            memcpy(buf + victim->n_prompt, r->ids, (size_t)(r->n_ids - 1) * sizeof *buf);
-            free(victim->resume);
-            victim->resume = buf;
-            victim->feed = buf;
-            victim->n_feed = n;
-            victim->resumed = 1;
-        } else {
-            kv_seq_truncate(victim->seq, victim->fed);
-        }
-        prefix_release(e->pc, victim->seq);
-        victim->seq = NULL;
-        victim->fed = 0;
-        victim->st = RQ_WAIT;
-        e->n_preempted++;
+    if (g->st == RQ_DECODE) {
+        /* The sequence holds the prompt and every output token but the pending one. */
+        const struct af_engine_result *r = g->r;
+        const int64_t n = g->n_prompt + (int64_t)r->n_ids - 1;
+        int32_t *buf = af_xmalloc((size_t)n * sizeof *buf);
+        memcpy(buf, g->prompt, (size_t)g->n_prompt * sizeof *buf);
+        memcpy(buf + g->n_prompt, r->ids, (size_t)(r->n_ids - 1) * sizeof *buf);
+        free(g->resume);
+        g->resume = buf;
+        g->feed = buf;
+        g->n_feed = n;
+        g->resumed = 1;
     }
+    radix_release(e->tree, g->seq, 1);
+    g->seq = NULL;
+    g->fed = 0;
+    g->st = RQ_WAIT;
+    e->n_preempted++;
+}
+
+/* The newest request that holds blocks. */
+static struct gen_req *newest_holder(struct af_engine *e)
+{
+    struct gen_req *v = NULL;
+    for (struct gen_req *q = e->queue; q; q = q->next)
+        if (q->seq && q->st != RQ_DONE)
+            v = q;
+    return v;
+}
+
+/* Gives g the blocks for positions [0, need), preempting the newest holders while the pool has
+ * none; g itself when it is the newest. Returns 0 when g was preempted. Mu held. */
+static int reserve(struct af_engine *e, struct gen_req *g, int64_t need)
+{
+    while (kv_seq_reserve(g->seq, need, 0) != AF_OK) {
+        struct gen_req *v = newest_holder(e);
+        int older = 0; /* does a request older than g hold blocks? */
+        for (struct gen_req *q = e->queue; q != g; q = q->next)
+            older |= q->seq && q->st != RQ_DONE;
+        if (v == g && !older) /* g is the only one: it runs, past the budget if need be */
+            return kv_seq_reserve(g->seq, need, 1) == AF_OK;
+        preempt(e, v);
+        if (v == g)
+            return 0;
+    }
+    return 1;
+}
+
+/* Adds g's decode rows (its pending token and its drafts) to the plan, with their blocks. */
+static void plan_decode(struct af_engine *e, struct plan *pl, struct gen_req *g, int64_t n_later)
+{
+    const int64_t at = pl->rows;
+    pl->toks[at] = g->pending;
+    /* Drafts only while every request still has its own row. */
+    int64_t room = FWD_MAX_ROWS - at - 1 - n_later;
+    int64_t max = e->draft_max < room ? e->draft_max : room;
+    int64_t left = fwd_ctx_max_ctx(e->fc) - g->seq->n - 1;
+    max = max < left ? max : left;
+    int64_t d = max > 0 && g->r->n_ids > 0 ? draft_for(g, pl->toks + at + 1, max) : 0;
+    /* Drafts are a bonus: without the blocks for them, the step runs without. */
+    if (d && kv_seq_reserve(g->seq, g->seq->n + 1 + d, 0) != AF_OK)
+        d = 0;
+    if (!reserve(e, g, g->seq->n + 1))
+        return;
+    pl->first[pl->n] = at;
+    pl->reqs[pl->n++] = g;
+    for (int64_t k = 0; k <= d; k++)
+        pl->seqs[at + k] = g->seq;
+    pl->rows = at + 1 + d;
+}
+
+/* Plans one step: the oldest prompt's chunk (its sequence taken from the radix tree first) and
+ * a decode row for each request past its prompt, with every block they write; preempts as
+ * `reserve` says. Mu held. */
+static void plan_step(struct af_engine *e, struct plan *pl)
+{
+    pl->pre = NULL;
+    pl->n = pl->rows = 0;
+    for (struct gen_req *q = e->queue; q; q = q->next)
+        if (q->st == RQ_PREFILL) {
+            pl->pre = q;
+            break;
+        }
+    struct gen_req *pre = pl->pre;
+    if (pre && !pre->seq) {
+        kv_seq_init_pool(&pre->kv, e->pool);
+        pre->seq = &pre->kv;
+        pre->fed = radix_acquire(e->tree, pre->seq, pre->feed, pre->n_feed);
+        if (!pre->resumed)
+            pre->r->n_cached = (size_t)pre->fed;
+    }
+    int64_t n_dec = 0;
+    for (struct gen_req *q = e->queue; q; q = q->next)
+        n_dec += q->st == RQ_DECODE;
+    if (n_dec > e->max_batch)
+        n_dec = e->max_batch;
+    /* Oldest first, so that a shortage preempts the newest. */
+    int64_t seen = 0;
+    for (struct gen_req *q = e->queue; q; q = q->next) {
+        if (q == pre && q->seq && !reserve(e, q, q->seq->n + chunk_of(e, q)))
+            pl->pre = NULL;
+        else if (q->st == RQ_DECODE && seen < n_dec) {
+            seen++;
+            plan_decode(e, pl, q, n_dec - seen);
+        }
+    }
+    /* A preemption after a request was planned took its blocks: drop it from the plan. */
+    int64_t k = 0, rows = 0;
+    for (int64_t j = 0; j < pl->n; j++) {
+        struct gen_req *g = pl->reqs[j];
+        const int64_t r0 = pl->first[j], nr = (j + 1 < pl->n ? pl->first[j + 1] : pl->rows) - r0;
+        if (g->st != RQ_DECODE)
+            continue;
+        memmove(pl->seqs + rows, pl->seqs + r0, (size_t)nr * sizeof *pl->seqs);
+        memmove(pl->toks + rows, pl->toks + r0, (size_t)nr * sizeof *pl->toks);
+        pl->reqs[k] = g;
+        pl->first[k++] = rows;
+        rows += nr;
+    }
+    pl->n = k;
+    pl->rows = rows;
+    pl->first[k] = rows;
+    if (pl->pre && pl->pre->st != RQ_PREFILL)
+        pl->pre = NULL;
+}
+
+void engine_kv_snapshot(struct af_engine *e)
+{
+    const struct radix_stats st = radix_stats(e->tree);
+    e->kv_snap.blocks_used = e->pool->n_used - e->pool->n_cached;
+    e->kv_snap.blocks_cached = e->pool->n_cached;
+    e->kv_snap.nodes = st.n_nodes;
+    e->kv_snap.hits = st.hits;
+    e->kv_snap.evicted = st.evicted;
 }
 
 /* Hands finished requests' sequences back and wakes their threads; called with mu held. */
@@ -384,14 +502,16 @@ static void retire(struct af_engine *e)
 {
     for (struct gen_req **pp = &e->queue; *pp;) {
         struct gen_req *q = *pp;
-        if (q->st != RQ_DONE || !q->seq) {
+        if (q->st != RQ_DONE) {
             pp = &q->next;
             continue;
         }
-        if (q->rc) /* keep only the prompt part that was evaluated without error */
-            kv_seq_truncate(q->seq, q->fed);
-        prefix_release(e->pc, q->seq);
-        q->seq = NULL;
+        if (q->seq) {
+            if (q->rc) /* keep only the prompt part that was evaluated without error */
+                kv_seq_truncate(q->seq, q->fed);
+            radix_release(e->tree, q->seq, 1);
+            q->seq = NULL;
+        }
         if (q->smp) {
             q->r->decode_ms = af_clock_ms() - q->t_decode0;
             sampler_free(q->smp);
@@ -400,36 +520,38 @@ static void retire(struct af_engine *e)
         *pp = q->next;
         pthread_cond_signal(&q->cv);
     }
+    engine_kv_snapshot(e);
 }
 
 /* Runs steps until `me` is done. Called and returns with mu held. */
 static void drive(struct af_engine *e, struct gen_req *me)
 {
-    struct gen_req *rows[256];
+    struct plan *pl = af_xmalloc(sizeof *pl);
     while (me->st != RQ_DONE) {
-        preempt(e);
         admit(e);
-        struct gen_req *pre = NULL;
-        int64_t n = 0;
-        for (struct gen_req *q = e->queue; q; q = q->next) {
-            if (q->st == RQ_PREFILL && !pre)
-                pre = q;
-            else if (q->st == RQ_DECODE && n < e->max_batch)
-                rows[n++] = q;
-        }
+        plan_step(e, pl);
         pthread_mutex_unlock(&e->mu);
-        if (pre)
-            prefill_chunk(e, pre);
-        if (n)
-            decode_step(e, rows, n);
+        if (pl->pre)
+            prefill_chunk(e, pl->pre);
+        if (pl->n)
+            decode_step(e, pl);
         pthread_mutex_lock(&e->mu);
-        if (n) {
+        if (pl->n) {
             e->n_steps++;
-            e->n_rows += n;
-            e->max_rows = n > e->max_rows ? n : e->max_rows;
+            e->n_rows += pl->n;
+            e->max_rows = pl->n > e->max_rows ? pl->n : e->max_rows;
         }
         retire(e);
     }
+    free(pl);
+}
+
+static int in_queue(const struct af_engine *e, const struct gen_req *g)
+{
+    for (const struct gen_req *q = e->queue; q; q = q->next)
+        if (q == g)
+            return 1;
+    return 0;
 }
 
 int af_engine_generate(struct af_engine *e, const int32_t *prompt, size_t n_prompt,
@@ -458,7 +580,7 @@ int af_engine_generate(struct af_engine *e, const int32_t *prompt, size_t n_prom
     while (*tail)
         tail = &(*tail)->next;
     *tail = &g;
-    while (g.st != RQ_DONE || g.seq) {
+    while (g.st != RQ_DONE || g.seq || in_queue(e, &g)) {
         if (!e->busy) {
             e->busy = 1;
             drive(e, &g);

@@ -1,0 +1,120 @@
+/*
+ * kv_pool.h - the paged KV cache's storage (vLLM's PagedAttention): keys and values live in
+ * fixed-size blocks of KV_BLOCK positions taken from one pool with a byte budget, and a
+ * sequence is a table of block ids plus a length. Blocks are reference-counted: a block full
+ * of a shared prefix is held by the radix tree (radix.h) and by every sequence that reuses it.
+ *
+ * Block layout, per layer l (F32): keys transposed [kv_dim][KV_BLOCK] (the score loop reads
+ * one dimension of many positions), then values [KV_BLOCK][kv_dim].
+ *
+ * Invariants: a block with ref > 1 is full and never written (a sequence writes only into
+ * blocks it holds alone; kv_seq_reserve copies a shared one first). Storage of freed blocks is
+ * kept for reuse up to the budget and returned to the system beyond it. Not thread-safe: the
+ * engine's busy thread alone touches a pool and its sequences.
+ */
+#ifndef AF_ENGINE_KV_POOL_H
+#define AF_ENGINE_KV_POOL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "agentflow/err.h"
+
+/* Positions per block. 16 is a multiple of every axpy kernel's vector width (8 and 16 lanes),
+ * so a block's scores round exactly as they would in one long array. */
+#define KV_BLOCK 16
+
+struct model;
+struct radix_node;
+
+struct kv_block {
+    float *data;     /* n_layer * 2 * kv_dim * KV_BLOCK floats; NULL = no storage */
+    int32_t ref;     /* holders: sequences' tables and the radix tree; 0 = free */
+    int32_t in_tree; /* one of the holders is a radix tree node */
+};
+
+/* Called when the pool has no free block under its budget: frees one unreferenced block
+ * (the radix tree's least recently used leaf) and returns 1, or returns 0 when none is left. */
+typedef int (*kv_evict_fn)(void *user);
+
+struct kv_pool {
+    int64_t n_layer, kv_dim;
+    size_t block_floats;
+    int64_t max_blocks; /* the budget in blocks; allocations past it need `force` */
+    struct kv_block *blk;
+    int32_t n_blk, cap_blk;
+    int32_t *free_ids; /* ids with ref 0 (with or without storage) */
+    int32_t n_free;
+    int64_t n_live;   /* blocks with storage */
+    int64_t n_used;   /* blocks with ref > 0 */
+    int64_t n_cached; /* of them, held by the radix tree alone (evictable) */
+    kv_evict_fn evict;
+    void *evict_user;
+};
+
+/* A pool for m's shapes holding at most max_bytes of blocks (at least one block; 0 = no
+ * limit). Owned by the caller (kv_pool_free). */
+struct kv_pool *kv_pool_new(const struct model *m, size_t max_bytes);
+void kv_pool_free(struct kv_pool *p);
+size_t kv_pool_block_bytes(const struct kv_pool *p);
+
+/* A block with ref 1 in *id. Takes a free one, else grows under the budget, else asks the
+ * evict callback, else (with force) grows past the budget. AF_ENOMEM when none can be had;
+ * nothing changes then. */
+AF_NODISCARD int kv_pool_alloc(struct kv_pool *p, int force, int32_t *id);
+void kv_pool_ref(struct kv_pool *p, int32_t id);
+/* Drops one reference; at 0 the block is free (its storage kept while under the budget). */
+void kv_pool_unref(struct kv_pool *p, int32_t id);
+/* The radix tree's own reference to a block: taken when a node is made, dropped when it
+ * goes (so the pool can count the blocks the tree alone holds). */
+void kv_pool_tree_add(struct kv_pool *p, int32_t id);
+void kv_pool_tree_drop(struct kv_pool *p, int32_t id);
+/* Blocks that could be had without force and without eviction. */
+int64_t kv_pool_n_free(const struct kv_pool *p);
+
+/* Keys of layer l in block id: [kv_dim][KV_BLOCK]; values: [KV_BLOCK][kv_dim]. */
+static inline float *kv_block_k(const struct kv_pool *p, int32_t id, int64_t l)
+{
+    return p->blk[id].data + (size_t)(l * 2 * p->kv_dim * KV_BLOCK);
+}
+static inline float *kv_block_v(const struct kv_pool *p, int32_t id, int64_t l)
+{
+    return p->blk[id].data + (size_t)((l * 2 + 1) * p->kv_dim * KV_BLOCK);
+}
+
+/* One token sequence: its tokens and a block table covering at least its n positions. */
+struct kv_seq {
+    struct kv_pool *pool; /* borrowed, or owned (own_pool) when made by kv_seq_init */
+    int own_pool;
+    int64_t n_layer, kv_dim;
+    int64_t n; /* tokens cached */
+    int32_t *tokens;
+    int64_t cap_tok;
+    int32_t *blocks; /* block ids: position t lives in blocks[t / KV_BLOCK] */
+    int64_t n_blocks, cap_blocks;
+    /* The radix tree's bookkeeping (radix.c): the first n_tree blocks are on the tree path
+     * that ends at `node` (locked while the sequence holds it; NULL = the root). */
+    struct radix_node *node;
+    int64_t n_tree;
+};
+
+/* A sequence with a pool of its own and no budget, for callers outside the engine (tests, the
+ * trainer's checks). kv_seq_deinit frees both. */
+void kv_seq_init(struct kv_seq *s, const struct model *m);
+/* An empty sequence in pool p (borrowed; must outlive it). */
+void kv_seq_init_pool(struct kv_seq *s, struct kv_pool *p);
+/* Drops the sequence's blocks (and its own pool). A sequence on the radix tree is given back
+ * with radix_release instead. */
+void kv_seq_deinit(struct kv_seq *s);
+/* Keeps the first n tokens (n <= s->n); the blocks stay in the table for reuse. */
+void kv_seq_truncate(struct kv_seq *s, int64_t n);
+/* Makes the table cover positions [0, need) and the block holding position s->n writable
+ * (copied first when shared). AF_ENOMEM when the pool cannot give the blocks without force;
+ * the blocks already added stay in the table then. */
+AF_NODISCARD int kv_seq_reserve(struct kv_seq *s, int64_t need, int force);
+/* Room for `need` tokens in s->tokens only (no blocks). */
+void kv_seq_reserve_tokens(struct kv_seq *s, int64_t need);
+/* Blocks kv_seq_reserve(s, need) would still take from the pool. */
+int64_t kv_seq_blocks_needed(const struct kv_seq *s, int64_t need);
+
+#endif
