@@ -412,11 +412,11 @@ static struct af_engine_params invariant_params(void)
 
 /* Runs job j's request alone on a fresh engine and checks that the batched result has the same
  * tokens, log-probs and text; frees the job's result and ids. */
-static void check_alone(const struct af_engine_params *ep, struct gen_job *j)
+static void check_alone_on(const char *path, const struct af_engine_params *ep, struct gen_job *j)
 {
     char err[1024];
     struct af_engine *alone = NULL;
-    assert_int_equal(af_engine_load(tiny_path, ep, &alone, err, sizeof err), 0);
+    assert_int_equal(af_engine_load(path, ep, &alone, err, sizeof err), 0);
     struct af_engine_result r;
     assert_int_equal(af_engine_generate(alone, j->ids, j->n, &j->gp, &r, err, sizeof err), 0);
     assert_int_equal(r.n_ids, j->r.n_ids);
@@ -429,14 +429,19 @@ static void check_alone(const struct af_engine_params *ep, struct gen_job *j)
     free(j->ids);
 }
 
-static void test_concurrent_batching(void **state)
+static void check_alone(const struct af_engine_params *ep, struct gen_job *j)
 {
-    (void)state;
+    check_alone_on(tiny_path, ep, j);
+}
+
+/* Eight generations at once on the model at path, each checked against itself alone. */
+static void batched_equals_alone(const char *path)
+{
     char err[1024];
     struct af_engine_params ep = invariant_params();
     ep.prefill_chunk = 16; /* prompts in several chunks, between decode steps */
     struct af_engine *shared = NULL;
-    assert_int_equal(af_engine_load(tiny_path, &ep, &shared, err, sizeof err), 0);
+    assert_int_equal(af_engine_load(path, &ep, &shared, err, sizeof err), 0);
     enum { N = 8 };
     struct gen_job jobs[N];
     pthread_t th[N];
@@ -468,9 +473,29 @@ static void test_concurrent_batching(void **state)
     assert_true(widest > 1);
     for (int i = 0; i < N; i++) {
         assert_int_equal(jobs[i].rc, 0);
-        check_alone(&ep, &jobs[i]);
+        check_alone_on(path, &ep, &jobs[i]);
     }
     af_engine_free(shared);
+}
+
+static void test_concurrent_batching(void **state)
+{
+    (void)state;
+    batched_equals_alone(tiny_path);
+}
+
+/* The same on K-quant weights: the tiny shape's 64-wide rows do not fill a 256-value Q4_K block,
+ * so this model is 256 wide (Q4_K_M keeps some tensors in Q6_K, so both kernels run). */
+static void test_concurrent_batching_q4_k_m(void **state)
+{
+    (void)state;
+    char path[300], err[512];
+    snprintf(path, sizeof path, "%s.q4km.gguf", tiny_path);
+    struct af_engine_random_params rp = {"qwen2", "custom:2,256,4,2,512", "Q4_K_M", 9, NULL};
+    if (af_engine_make_random(&rp, path, err, sizeof err))
+        fail_msg("make-random: %s", err);
+    batched_equals_alone(path);
+    unlink(path);
 }
 
 /* A generation cancelled from its on_token callback in the middle of a batch leaves at once
@@ -1147,14 +1172,23 @@ static void test_cli_model(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_reference_logits),    cmocka_unit_test(test_reference_prompt_ids),
-        cmocka_unit_test(test_hf_checkpoints),      cmocka_unit_test(test_prefix_cache),
-        cmocka_unit_test(test_batch_invariant),     cmocka_unit_test(test_concurrent_batching),
-        cmocka_unit_test(test_cancel_in_batch),     cmocka_unit_test(test_sampling),
-        cmocka_unit_test(test_stream_and_chat),     cmocka_unit_test(test_bad_calls),
-        cmocka_unit_test(test_malformed_models),    cmocka_unit_test(test_quantize_and_make_random),
-        cmocka_unit_test(test_cli_model),           cmocka_unit_test(test_llm_backend),
-        cmocka_unit_test(test_overflowing_weights), cmocka_unit_test(test_vocab_rows_mismatch),
+        cmocka_unit_test(test_reference_logits),
+        cmocka_unit_test(test_reference_prompt_ids),
+        cmocka_unit_test(test_hf_checkpoints),
+        cmocka_unit_test(test_prefix_cache),
+        cmocka_unit_test(test_batch_invariant),
+        cmocka_unit_test(test_concurrent_batching),
+        cmocka_unit_test(test_concurrent_batching_q4_k_m),
+        cmocka_unit_test(test_cancel_in_batch),
+        cmocka_unit_test(test_sampling),
+        cmocka_unit_test(test_stream_and_chat),
+        cmocka_unit_test(test_bad_calls),
+        cmocka_unit_test(test_malformed_models),
+        cmocka_unit_test(test_quantize_and_make_random),
+        cmocka_unit_test(test_cli_model),
+        cmocka_unit_test(test_llm_backend),
+        cmocka_unit_test(test_overflowing_weights),
+        cmocka_unit_test(test_vocab_rows_mismatch),
     };
     return cmocka_run_group_tests(tests, make_tiny, drop_tiny);
 }

@@ -609,14 +609,100 @@ static void test_run_without_url(void **state)
     tmp_remove(&t);
 }
 
+/* The shipped embedded model (models/agentflow-world.gguf) on 50 held-out test questions of
+ * the default world (seed 1): 25 one-hop lookups and 25 multi-hop ones, through the real flow
+ * and tools. EMBEDDED_MIN_CORRECT is below the share measured when the model was made (see
+ * docs/WORLD.md), leaving room for the planner's sampling to go another way. */
+#define EMBEDDED_MIN_CORRECT 5
+static void test_embedded_model_answers(void **state)
+{
+    (void)state;
+    const char *src = getenv("AGENTFLOW_SRC");
+    char model[512];
+    snprintf(model, sizeof model, "%s/models/agentflow-world.gguf", src ? src : ".");
+    if (access(model, R_OK) != 0) {
+        fprintf(stderr, "[  SKIP    ] %s is absent (make model builds it)\n", model);
+        skip();
+    }
+    struct tmpdir t = {""};
+    tmp_make(&t);
+    char world[128], bench[160], db[160], url[600], out[160];
+    snprintf(world, sizeof world, "%s/world", t.path);
+    snprintf(bench, sizeof bench, "%s/benchmarks", world);
+    snprintf(db, sizeof db, "%s/wiki.db", world);
+    snprintf(url, sizeof url, "gguf:%s", model);
+    snprintf(out, sizeof out, "%s/eval", t.path);
+    build(world, 1, 0);
+    char in[160], err[512];
+    snprintf(in, sizeof in, "%s/passages.jsonl", world);
+    struct wiki_build_params wp = wiki_build_default_params();
+    wp.shards = 1;
+    struct wiki_build_stats st;
+    if (wiki_index_build(in, db, &wp, &st, err, sizeof err) != AF_OK)
+        fail_msg("index: %s", err);
+    const char *argv[] = {proc_agentflow_bin(),
+                          "eval",
+                          "run",
+                          "--bench",
+                          "world-lookup,world-multihop",
+                          "--data-dir",
+                          bench,
+                          "--limit",
+                          "25",
+                          "--url",
+                          url,
+                          "--wiki-db",
+                          db,
+                          "--prompts",
+                          "compact",
+                          "--tools",
+                          "Wikipedia_RAG_Search_Tool,Python_Code_Generator_Tool,"
+                          "Generalist_Solution_Generator_Tool",
+                          "--threads",
+                          "2",
+                          "--concurrency",
+                          "4",
+                          "--out",
+                          out,
+                          NULL};
+    struct proc_result r;
+    assert_int_equal(proc_run(argv, NULL, 600, &r), 0);
+    if (r.exit_code != 0)
+        fail_msg("eval run: exit %d: %s", r.exit_code, r.err);
+    proc_result_deinit(&r);
+    char *text = slurp(out, "summary.json");
+    json_t *sum = json_loads(text, 0, NULL);
+    free(text);
+    assert_non_null(sum);
+    json_int_t n = 0, correct = 0;
+    size_t i;
+    json_t *b;
+    json_array_foreach(json_object_get(sum, "benches"), i, b)
+    {
+        if (strcmp(json_string_value(json_object_get(b, "bench")), "all") == 0)
+            continue;
+        n += json_integer_value(json_object_get(b, "n"));
+        correct += json_integer_value(json_object_get(b, "correct"));
+    }
+    json_decref(sum);
+    fprintf(stderr, "embedded model: %lld of %lld held-out questions exactly right\n",
+            (long long)correct, (long long)n);
+    assert_int_equal(n, 50);
+    if (correct < EMBEDDED_MIN_CORRECT)
+        fail_msg("%lld of 50 right, under the %d measured when the model was made",
+                 (long long)correct, EMBEDDED_MIN_CORRECT);
+    tmp_remove(&t);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_same_seed_same_bytes),  cmocka_unit_test(test_golden_slice),
-        cmocka_unit_test(test_gold_answers_score),    cmocka_unit_test(test_splits_disjoint),
-        cmocka_unit_test(test_facts_found_by_search), cmocka_unit_test(test_cli_errors),
-        cmocka_unit_test(test_expert_traces),         cmocka_unit_test(test_run_without_url),
-        cmocka_unit_test(test_expert_url_errors),     cmocka_unit_test(test_compact_prompts),
+        cmocka_unit_test(test_same_seed_same_bytes),   cmocka_unit_test(test_golden_slice),
+        cmocka_unit_test(test_gold_answers_score),     cmocka_unit_test(test_splits_disjoint),
+        cmocka_unit_test(test_facts_found_by_search),  cmocka_unit_test(test_cli_errors),
+        cmocka_unit_test(test_expert_traces),          cmocka_unit_test(test_run_without_url),
+        cmocka_unit_test(test_expert_url_errors),      cmocka_unit_test(test_compact_prompts),
+        cmocka_unit_test(test_embedded_model_answers),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
