@@ -287,8 +287,15 @@ static void test_exit_codes(void **state)
     assert_int_equal(run_code(help, NULL), 0);
     const char *bad_flag[] = {bin, "run", "--max-steps", "zero", "q", NULL};
     assert_int_equal(run_code(bad_flag, "--max-steps"), 2);
+    /* Without a URL and without the embedded model (models/agentflow-world.gguf, which a clone
+     * ships), no back-end is a usage error. */
     const char *no_url[] = {bin, "run", "q", NULL};
-    assert_int_equal(run_code(no_url, "no back-end URL"), 2);
+    const char *no_model[] = {"AGENTFLOW_EMBEDDED_MODEL=/nonexistent/m.gguf", NULL};
+    struct proc_result nr;
+    assert_int_equal(proc_run(no_url, no_model, RUN_TIMEOUT_S, &nr), 0);
+    assert_non_null(strstr(nr.err, "no back-end URL"));
+    assert_int_equal(nr.exit_code, 2);
+    proc_result_deinit(&nr);
     const char *bad_tool[] = {bin,       "run",       "--url", "http://127.0.0.1:9/v1",
                               "--tools", "Nope_Tool", "q",     NULL};
     assert_int_equal(run_code(bad_tool, "Nope_Tool"), 2);
