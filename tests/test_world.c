@@ -462,6 +462,36 @@ static void test_expert_traces(void **state)
         else
             assert_true(n >= 200);
     }
+    /* The same traces again, eight solves at once: the same bytes, in question order, so that
+     * `make model` rebuilds the same data set (and the same model) whatever finishes first. */
+    char again[160];
+    snprintf(again, sizeof again, "%s/again.jsonl", t.path);
+    const char *par[] = {proc_agentflow_bin(), "world", "traces", "--world", w,  "--out",
+                         again, "--limit", "50", "--concurrency", "8", NULL};
+    assert_int_equal(proc_run(par, NULL, 600, &r), 0);
+    assert_int_equal(r.exit_code, 0);
+    proc_result_deinit(&r);
+    char *x = slurp(t.path, "traces.planner.jsonl"), *y = slurp(t.path, "again.planner.jsonl");
+    assert_string_equal(x, y);
+    free(x);
+    free(y);
+    x = slurp(t.path, "traces.jsonl");
+    y = slurp(t.path, "again.jsonl");
+    assert_string_equal(x, y);
+    free(y);
+    y = slurp(w, "benchmarks/world-lookup/train.jsonl");
+    char first_pid[64] = "", *pp = strstr(y, "\"pid\":\"");
+    assert_non_null(pp);
+    sscanf(pp + 7, "%63[^\"]", first_pid);
+    char want[96];
+    snprintf(want, sizeof want, "\"pid\":\"%s\"", first_pid);
+    char *nl = strchr(x, '\n');
+    assert_non_null(nl);
+    *nl = '\0';
+    assert_non_null(strstr(x, want)); /* the first line is the first question's */
+    free(x);
+    free(y);
+
     snprintf(path, sizeof path, "%s/traces.planner.jsonl", t.path);
     assert_int_equal(count_in_file(path, "\"role\":\"assistant\",\"content\":\"Justification: "),
                      proc_count_lines(path));

@@ -27,6 +27,8 @@
 
 static const char *const modules[] = {"query_analysis", "planner",       "executor",
                                       "verifier",       "direct_output", NULL};
+#define N_OUT 6 /* the five modules and the file with all of them */
+_Static_assert(sizeof modules / sizeof modules[0] == N_OUT, "one output per module, plus all");
 
 struct tr_args {
     const char *world, *split, *out, *bench, *prompts;
@@ -70,7 +72,10 @@ struct job {
     json_t *items; /* every question to run */
     size_t next;
     pthread_mutex_t mu;
-    struct af_buf *out; /* per module, then index n_modules = all */
+    /* Per question, then per module with index n_modules = all: the examples are joined in
+     * question order at the end, so the files do not depend on which solve finished first
+     * (`make model` must rebuild the same bytes). */
+    struct af_buf (*out)[N_OUT];
     size_t n_solved, n_correct, n_failed;
     json_t *per_family; /* family -> [n, correct] */
     char first_miss[512];
@@ -96,7 +101,7 @@ static int module_index(const char *m)
     return -1;
 }
 
-static void emit(struct job *j, const json_t *item, const json_t *records, int correct)
+static void emit(struct af_buf *out, const json_t *item, const json_t *records, int correct)
 {
     size_t n_mod = sizeof modules / sizeof modules[0] - 1, i;
     const json_t *r;
@@ -115,8 +120,8 @@ static void emit(struct job *j, const json_t *item, const json_t *records, int c
                                json_object_get(item, "bench"), "correct", correct);
         char *line = json_dumps(ex, JSON_COMPACT);
         json_decref(ex);
-        (void)af_buf_printf(&j->out[mi], "%s\n", line);
-        (void)af_buf_printf(&j->out[n_mod], "%s\n", line);
+        (void)af_buf_printf(&out[mi], "%s\n", line);
+        (void)af_buf_printf(&out[n_mod], "%s\n", line);
         free(line);
     }
 }
@@ -164,9 +169,9 @@ static void *worker(void *p)
         json_array_set_new(fc, 0, json_integer(json_integer_value(json_array_get(fc, 0)) + 1));
         json_array_set_new(fc, 1,
                            json_integer(json_integer_value(json_array_get(fc, 1)) + correct));
-        if (rc == AF_OK)
-            emit(j, item, c.records, correct);
         pthread_mutex_unlock(&j->mu);
+        if (rc == AF_OK)
+            emit(j->out[k], item, c.records, correct);
         json_decref(c.records);
         af_flow_result_deinit(&res);
     }
@@ -231,8 +236,13 @@ static int write_outputs(const struct tr_args *a, struct job *j)
             snprintf(path, sizeof path, "%s.%s.jsonl", stem, modules[m]);
         else
             snprintf(path, sizeof path, "%s", a->out);
-        struct af_buf *b = &j->out[m];
-        if (af_file_write_atomic(path, b->data ? b->data : "", b->len, err, sizeof err) != AF_OK) {
+        struct af_buf b;
+        af_buf_init(&b, AF_BUF_NOLIMIT);
+        for (size_t k = 0; k < json_array_size(j->items); k++)
+            (void)af_buf_append(&b, j->out[k][m].data ? j->out[k][m].data : "", j->out[k][m].len);
+        int wr = af_file_write_atomic(path, b.data ? b.data : "", b.len, err, sizeof err);
+        af_buf_deinit(&b);
+        if (wr != AF_OK) {
             fprintf(stderr, CMD ": %s\n", err);
             return CLI_EINPUT;
         }
@@ -329,14 +339,15 @@ int cmd_world_traces(int argc, char **argv)
         cfg.prompts = af_xstrdup(a.prompts);
     json_object_set_new(cfg.tool_options, "wiki_db", json_string(db));
     struct job j = {.a = &a, .items = json_array(), .per_family = json_object()};
-    size_t n_mod = sizeof modules / sizeof modules[0] - 1;
-    j.out = af_xcalloc(n_mod + 1, sizeof *j.out);
-    for (size_t m = 0; m <= n_mod; m++)
-        af_buf_init(&j.out[m], AF_BUF_NOLIMIT);
     pthread_mutex_init(&j.mu, NULL);
     struct run_ctx rc;
     memset(&rc, 0, sizeof rc);
     code = load_split(&a, j.items);
+    size_t n_items = json_array_size(j.items);
+    j.out = af_xcalloc(n_items ? n_items : 1, sizeof *j.out);
+    for (size_t k = 0; k < n_items; k++)
+        for (size_t m = 0; m < N_OUT; m++)
+            af_buf_init(&j.out[k][m], AF_BUF_NOLIMIT);
     if (code == CLI_OK)
         code = run_ctx_open(&rc, &cfg);
     int opened = code == CLI_OK;
@@ -363,8 +374,9 @@ int cmd_world_traces(int argc, char **argv)
     }
     if (opened)
         run_ctx_close(&rc);
-    for (size_t m = 0; m <= n_mod; m++)
-        af_buf_deinit(&j.out[m]);
+    for (size_t k = 0; k < n_items; k++)
+        for (size_t m = 0; m < N_OUT; m++)
+            af_buf_deinit(&j.out[k][m]);
     free(j.out);
     json_decref(j.items);
     json_decref(j.per_family);
