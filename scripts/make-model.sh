@@ -12,7 +12,8 @@
 # Settings (environment): THREADS (default 2), SHAPE (custom:LAYERS,EMBD,HEADS,KV,FF),
 # VOCAB (tokens), TRACES (questions per family), SFT_STEPS (phase 1), SFT2_STEPS (phase 2's
 # cosine schedule; 0, the default, skips it) and SFT2_STOP (the step phase 2 stops at),
-# GRPO_STEPS (0, the default: no GRPO), OUT.
+# GRPO_STEPS (0, the default: no GRPO), OUT, MODEL_BUILD (the work folder, default
+# build/model), AF (the agentflow binary).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -20,8 +21,8 @@ cd "$(dirname "$0")/.."
 # parallel regions otherwise spend most of their time waiting (3x slower training measured
 # under load; docs/PERFORMANCE.md).
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
-AF=./build/agentflow
-B=build/model
+AF=${AF:-./build/agentflow}
+B=${MODEL_BUILD:-build/model}
 THREADS=${THREADS:-2}
 SEED=${SEED:-1}
 SHAPE=${SHAPE:-custom:4,256,8,4,768}
