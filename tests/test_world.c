@@ -466,8 +466,9 @@ static void test_expert_traces(void **state)
      * `make model` rebuilds the same data set (and the same model) whatever finishes first. */
     char again[160];
     snprintf(again, sizeof again, "%s/again.jsonl", t.path);
-    const char *par[] = {proc_agentflow_bin(), "world", "traces", "--world", w,  "--out",
-                         again, "--limit", "50", "--concurrency", "8", NULL};
+    const char *par[] = {
+        proc_agentflow_bin(), "world", "traces", "--world", w, "--out", again, "--limit", "50",
+        "--concurrency",      "8",     NULL};
     assert_int_equal(proc_run(par, NULL, 600, &r), 0);
     assert_int_equal(r.exit_code, 0);
     proc_result_deinit(&r);
@@ -786,12 +787,18 @@ static void test_embedded_model_answers(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_same_seed_same_bytes),   cmocka_unit_test(test_golden_slice),
-        cmocka_unit_test(test_gold_answers_score),     cmocka_unit_test(test_splits_disjoint),
-        cmocka_unit_test(test_facts_found_by_search),  cmocka_unit_test(test_cli_errors),
-        cmocka_unit_test(test_expert_traces),          cmocka_unit_test(test_run_without_url),
-        cmocka_unit_test(test_expert_url_errors),      cmocka_unit_test(test_compact_prompts),
-        cmocka_unit_test(test_embedded_model_answers), cmocka_unit_test(test_make_model_reproducible),
+        cmocka_unit_test(test_same_seed_same_bytes),
+        cmocka_unit_test(test_golden_slice),
+        cmocka_unit_test(test_gold_answers_score),
+        cmocka_unit_test(test_splits_disjoint),
+        cmocka_unit_test(test_facts_found_by_search),
+        cmocka_unit_test(test_cli_errors),
+        cmocka_unit_test(test_expert_traces),
+        cmocka_unit_test(test_run_without_url),
+        cmocka_unit_test(test_expert_url_errors),
+        cmocka_unit_test(test_compact_prompts),
+        cmocka_unit_test(test_embedded_model_answers),
+        cmocka_unit_test(test_make_model_reproducible),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
