@@ -72,7 +72,7 @@ LIBA := $(B)/libagentflow.a
 CLI := $(B)/agentflow
 
 .SECONDARY: $(TEST_SUPPORT_OBJ)
-.PHONY: all test asan lint format bench fuzz clean model
+.PHONY: all test asan lint format bench fuzz clean model reproduce
 all: $(CLI) $(LIBA) build/agentflow build/libagentflow.a
 
 # Stable paths for users and scripts, whatever the MODE.
@@ -145,6 +145,11 @@ FORMAT_SRC := $(shell git ls-files '*.c' '*.h' 2>/dev/null)
 # The embedded model from nothing (scripts/make-model.sh; hours on 2 cores, docs/WORLD.md).
 model: all
 	./scripts/make-model.sh
+
+# docs/REPRODUCTION.md's tables: (a) SFT, (b) + Flow-GRPO, (c) + offline SFT, 3 seeds (about
+# an hour on 2 cores after `make model`; scripts/reproduce.sh).
+reproduce: all
+	./scripts/reproduce.sh
 
 lint:
 	@echo "clang-format check"; clang-format --dry-run --Werror $(FORMAT_SRC)
