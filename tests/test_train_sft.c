@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "agentflow/engine.h"
+#include "engine/gguf.h"
 #include "engine/lora.h"
 #include "engine/model.h"
 #include "support/proc.h"
@@ -312,6 +313,14 @@ static void test_full_model_loads(void **state)
     /* The base came from make-random; the trained file must not carry its marker. */
     assert_int_equal(af_engine_random_weights(model), 1);
     assert_int_equal(af_engine_random_weights(path), 0);
+    /* Nor its name: "random-..." loses the prefix. */
+    struct gguf_file *g = NULL;
+    assert_int_equal(gguf_open(path, &g, err, sizeof err), AF_OK);
+    char *name = gguf_get_strdup(g, "general.name");
+    assert_non_null(name);
+    assert_null(strstr(name, "random"));
+    free(name);
+    gguf_close(g);
 }
 
 static void expect_fail(const char *out, const char *const *extra, int code, const char *needle)

@@ -360,6 +360,11 @@ int ckpt_write_gguf(const struct model *m, const char *model_path, const struct 
     /* Trained weights are no longer make-random's noise: loading them must not say so. */
     if (gguf_find_kv(g, AF_GGUF_KEY_RANDOM_WEIGHTS))
         gguf_writer_set_bool(w, AF_GGUF_KEY_RANDOM_WEIGHTS, 0);
+    /* Nor is it named for them: make-random's "random-qwen2-custom" becomes "qwen2-custom". */
+    char *gname = gguf_get_strdup(g, "general.name");
+    if (gname && strncmp(gname, "random-", 7) == 0 && gname[7])
+        gguf_writer_set_str(w, "general.name", gname + 7);
+    free(gname);
     int rc = AF_OK;
     for (uint64_t i = 0; i < gguf_n_tensors(g) && !rc; i++) {
         const struct gguf_tensor *t = gguf_tensor_at(g, i);
