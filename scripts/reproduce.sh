@@ -15,7 +15,8 @@
 # study (one test question before and after GRPO). The tables go to $R/summary.md.
 #
 # Steps whose output exists are skipped, so a stopped run continues where it stopped.
-# Settings (environment): AF, BASE (the F32 model of make-model.sh's SFT), WORLD (seed 1),
+# Settings (environment): AF, BASE (the F32 model of make-model.sh's SFT: phase 2's, else
+# phase 1's), WORLD (seed 1),
 # REPRO_BUILD (work folder), SEEDS, NQ, GRPO_STEPS, GRPO_BATCH, GROUP, TEMP, LR, NOISE, LIMIT
 # (test questions per family), THREADS.
 set -euo pipefail
@@ -23,7 +24,8 @@ cd "$(dirname "$0")/.."
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
 AF=${AF:-./build/agentflow}
 MB=${MODEL_BUILD:-build/model}
-BASE=${BASE:-$MB/sft/model.gguf}
+BASE=${BASE:-$MB/sft2/model.gguf}
+[ -f "$BASE" ] || [ ! -f "$MB/sft/model.gguf" ] || BASE=$MB/sft/model.gguf
 WORLD=${WORLD:-$MB/world}
 R=${REPRO_BUILD:-build/repro}
 SEEDS=${SEEDS:-1 2 3}

@@ -668,6 +668,7 @@ static void test_make_model_reproducible(void **state)
                              "VOCAB=400",
                              "SHAPE=custom:1,32,2,1,64",
                              "SFT_STEPS=6",
+                             "SFT2_STEPS=3",
                              "SFT_BATCH=2",
                              "THREADS=2",
                              NULL};
@@ -697,7 +698,7 @@ static void test_make_model_reproducible(void **state)
  * the default world (seed 1): 25 one-hop lookups and 25 multi-hop ones, through the real flow
  * and tools. EMBEDDED_MIN_CORRECT is below the share measured when the model was made (see
  * docs/WORLD.md), leaving room for the planner's sampling to go another way. */
-#define EMBEDDED_MIN_CORRECT 7
+#define EMBEDDED_MIN_CORRECT 8 /* 13 measured (docs/WORLD.md) */
 static void test_embedded_model_answers(void **state)
 {
     (void)state;

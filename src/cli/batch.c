@@ -313,6 +313,8 @@ int run_build_config(const struct run_args *a, const char *cmd, struct run_confi
             config_set_url(cfg, i, a->slot_url[i]);
         if (a->slot_model[i])
             config_set_model(cfg, i, a->slot_model[i]);
+        if (a->default_url && (!cfg->slots[i].url || !cfg->slots[i].url[0]))
+            config_set_url(cfg, i, a->default_url);
     }
     return run_apply_embedded(cfg, cmd, 0);
 }

@@ -26,6 +26,9 @@ struct run_args {
     const char *cache_path; /* --cache FILE */
     int no_cache;           /* --no-cache */
     int cache_all;          /* --cache-all: also cache sampled calls */
+    /* The URL of the slots that the config, the environment and the flags leave empty, ahead
+     * of the embedded model (train grpo: its base model); NULL for none. Not owned. */
+    const char *default_url;
 };
 
 void run_args_init(struct run_args *a);

@@ -473,17 +473,6 @@ static void on_step(void *user, const struct train_grpo_step *s)
 
 /* ---- the command ----------------------------------------------------------------------- */
 
-/* Slots not named by a flag or the config run the base model in-process. */
-static void default_slots(struct grpo_args *a, struct run_config *cfg, const char *base)
-{
-    char url[4200];
-    snprintf(url, sizeof url, "gguf:%s", base);
-    for (int s = 0; s < AF_N_SLOTS; s++)
-        if (!cfg->slots[s].url || !cfg->slots[s].url[0])
-            config_set_url(cfg, s, url);
-    (void)a;
-}
-
 static int exit_for(int rc)
 {
     switch (rc) {
@@ -542,8 +531,9 @@ int cmd_train_grpo(int argc, char **argv)
     }
     if (!json_object_get(a.common.flags, "max_steps"))
         json_object_set_new(a.common.flags, "max_steps", json_integer(3));
-    if ((code = run_build_config(&a.common, CMD, &cfg)) != CLI_OK)
-        goto out;
+    /* Slots not named by a flag or the config run the base model in-process, not the
+     * embedded model that `run` falls back to. */
+    char base_url[4200];
     {
         const char *base = a.o.model;
         if (!strncmp(base, "gguf:", 5))
@@ -559,8 +549,11 @@ int cmd_train_grpo(int argc, char **argv)
             code = CLI_EINPUT;
             goto out;
         }
-        default_slots(&a, &cfg, path);
+        snprintf(base_url, sizeof base_url, "gguf:%s", path);
+        a.common.default_url = base_url;
     }
+    if ((code = run_build_config(&a.common, CMD, &cfg)) != CLI_OK)
+        goto out;
     if ((code = load_data(a.data, &a, &data)) != CLI_OK)
         goto out;
     if (a.val && (code = load_data(a.val, &a, &val)) != CLI_OK)
