@@ -59,26 +59,24 @@ for label, names in [
     cells, n = arm(names)
     print("| %s | %d | %s |" % (label, n, " | ".join(cells)))
 
-print("\n## Average turns by --max-steps (test split)\n")
-print("| Planner | family | 3 | 5 | 7 | 10 |")
-print("|---|---|---:|---:|---:|---:|")
 first = SEEDS[0]
-for label, stem in [("(a)", "a"), ("(b) seed " + first, "b" + first)]:
-    for fam in FAMS:
-        cells = []
-        for m in (3, 5, 7, 10):
-            s = summary(stem if m == 10 else "%s-steps%d" % (stem, m))
-            cells.append("%.2f" % s[fam]["avg_steps"] if s and fam in s else "-")
-        print("| %s | %s | %s |" % (label, fam, " | ".join(cells)))
-print("\n| Planner | family | acc. at 3 | 5 | 7 | 10 |")
-print("|---|---|---:|---:|---:|---:|")
-for label, stem in [("(a)", "a"), ("(b) seed " + first, "b" + first)]:
-    for fam in FAMS:
-        cells = []
-        for m in (3, 5, 7, 10):
-            s = summary(stem if m == 10 else "%s-steps%d" % (stem, m))
-            cells.append("%.1f" % s[fam]["accuracy"] if s and fam in s else "-")
-        print("| %s | %s | %s |" % (label, fam, " | ".join(cells)))
+
+
+def by_max_steps(title, key, fmt):
+    print(title)
+    print("| Planner | family | 3 | 5 | 7 | 10 |")
+    print("|---|---|---:|---:|---:|---:|")
+    for label, stem in [("(a)", "a"), ("(b) seed " + first, "b" + first)]:
+        for fam in FAMS:
+            cells = []
+            for m in (3, 5, 7, 10):
+                s = summary(stem if m == 10 else "%s-steps%d" % (stem, m))
+                cells.append(fmt % s[fam][key] if s and fam in s else "-")
+            print("| %s | %s | %s |" % (label, fam, " | ".join(cells)))
+
+
+by_max_steps("\n## Average turns by --max-steps (test split)\n", "avg_steps", "%.2f")
+by_max_steps("\n## Accuracy (%) by --max-steps (test split)\n", "accuracy", "%.1f")
 
 print("\n## Tool calls per test question\n")
 print("| Planner | Wikipedia_RAG_Search | Python_Code_Generator | Generalist | none |")
