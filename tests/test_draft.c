@@ -122,11 +122,19 @@ static void test_same_output_greedy_and_sampled(void **state)
     (void)state;
     struct af_engine *plain = load(0), *drafting = load(6);
     const float temps[] = {0.0f, 1.5f};
+    size_t sum_tried = 0, sum_kept = 0;
     for (int t = 0; t < 2; t++) {
         struct gen a = {plain, temps[t], 5, {0}}, b = {drafting, temps[t], 5, {0}};
         generate(&a);
         generate(&b);
         assert_same(&a.r, &b.r);
+        /* Each result says what it drafted (what the trace's usage reports). */
+        assert_int_equal(a.r.drafting, 0);
+        assert_int_equal(a.r.n_drafted, 0);
+        assert_int_equal(b.r.drafting, 1);
+        assert_true(b.r.n_draft_kept <= b.r.n_drafted);
+        sum_tried += b.r.n_drafted;
+        sum_kept += b.r.n_draft_kept;
         af_engine_result_deinit(&a.r);
         af_engine_result_deinit(&b.r);
     }
@@ -136,6 +144,8 @@ static void test_same_output_greedy_and_sampled(void **state)
     long long tried = batching_field(drafting, "drafted"),
               kept = batching_field(drafting, "draft_kept");
     assert_true(kept > 0);
+    assert_int_equal(sum_tried, tried);
+    assert_int_equal(sum_kept, kept);
     if (kept >= tried)
         fail_msg("every one of %lld drafted tokens was kept: the rejection path went untested",
                  tried);

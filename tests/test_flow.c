@@ -530,7 +530,62 @@ static void test_prefix_reuse_in_process(void **state)
     for (size_t i = 0; i < 3; i++) {
         const json_t *u = json_object_get(json_object_get(j, "usage"), mods[i]);
         assert_true(json_integer_value(json_object_get(u, "cached_tokens")) > 0);
+        assert_null(json_object_get(u, "draft_tokens")); /* not drafting */
     }
+    assert_true(json_is_null(json_object_get(j, "drafts")));
+    json_decref(j);
+    af_flow_result_deinit(&res);
+    af_tool_registry_free(reg);
+    af_llm_free(llm);
+    unlink(path);
+}
+
+/* With prompt-lookup drafts on, every in-process call reports what it guessed and kept, per
+ * module and summed in the result's drafts; kept never exceeds guessed. */
+static void test_drafts_reported(void **state)
+{
+    (void)state;
+    char err[1024], path[256];
+    snprintf(path, sizeof path, "/tmp/af_test_flow_drafts_%d.gguf", (int)getpid());
+    struct af_engine_random_params rp = {"qwen2", "tiny", "F32", 3, NULL};
+    assert_int_equal(af_engine_make_random(&rp, path, err, sizeof err), 0);
+    struct af_engine_params ep = af_engine_default_params();
+    ep.n_threads = 2;
+    ep.draft_max = 8;
+    struct af_llm *llm = af_llm_gguf_new(path, &ep, err, sizeof err);
+    assert_non_null(llm);
+    struct af_tool_registry *reg = af_tool_registry_new();
+    assert_int_equal(af_tool_registry_add_builtins(reg, "Generalist_Solution_Generator_Tool", NULL,
+                                                   err, sizeof err),
+                     AF_OK);
+    struct af_flow_params p = af_flow_default_params();
+    p.max_steps = 2;
+    p.tools = reg;
+    for (int i = 0; i < AF_N_SLOTS; i++) {
+        p.slots[i].llm = llm;
+        p.slots[i].sampling.max_tokens = 24;
+    }
+    struct af_flow_result res;
+    assert_int_equal(af_flow_solve(&p, NULL, "What is 6 times 7?", &res), AF_OK);
+    json_t *j = af_flow_result_json(&res);
+    json_int_t tried = 0, kept = 0;
+    const char *mod;
+    json_t *u;
+    json_object_foreach(json_object_get(j, "usage"), mod, u)
+    {
+        const json_t *d = json_object_get(u, "draft_tokens");
+        if (!json_is_integer(d))
+            fail_msg("usage.%s has no draft_tokens", mod);
+        tried += json_integer_value(d);
+        kept += json_integer_value(json_object_get(u, "draft_accepted"));
+    }
+    const json_t *dr = json_object_get(j, "drafts");
+    assert_true(json_is_object(dr));
+    assert_int_equal(json_integer_value(json_object_get(dr, "draft_tokens")), tried);
+    assert_int_equal(json_integer_value(json_object_get(dr, "draft_accepted")), kept);
+    assert_true(kept <= tried);
+    const double acc = json_number_value(json_object_get(dr, "acceptance"));
+    assert_true(acc >= 0 && acc <= 1);
     json_decref(j);
     af_flow_result_deinit(&res);
     af_tool_registry_free(reg);
@@ -553,6 +608,7 @@ int main(void)
         cmocka_unit_test(test_render_python),
         cmocka_unit_test(test_wall_clock_out_of_memory),
         cmocka_unit_test(test_prefix_reuse_in_process),
+        cmocka_unit_test(test_drafts_reported),
     };
     return cmocka_run_group_tests_name("flow", tests, NULL, NULL);
 }

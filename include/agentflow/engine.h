@@ -145,6 +145,10 @@ struct af_engine_result {
     size_t n_ids;
     size_t n_prompt;
     size_t n_cached; /* prompt tokens whose KV came from the KV cache (reused, not evaluated) */
+    /* Prompt-lookup decoding, when the engine's draft_max > 0 (drafting = 1): the tokens
+     * guessed for this generation, and of them the ones the model's own choice confirmed. */
+    int drafting;
+    size_t n_drafted, n_draft_kept;
     double prefill_ms, decode_ms;
     const char *finish_reason; /* "stop" (EOS or stop string), "length"; static */
 };

@@ -307,6 +307,8 @@ static void decode_step(struct af_engine *e, const struct plan *pl)
         radix_commit(e->tree, g->seq);
         e->n_drafted += n_draft;
         e->n_draft_kept += r;
+        g->r->n_drafted += (size_t)n_draft;
+        g->r->n_draft_kept += (size_t)r;
     }
 }
 
@@ -575,6 +577,7 @@ int af_engine_generate(struct af_engine *e, const int32_t *prompt, size_t n_prom
     pthread_cond_init(&g.cv, NULL);
     out->n_prompt = n_prompt;
     out->finish_reason = "length";
+    out->drafting = e->draft_max > 0;
     pthread_mutex_lock(&e->mu);
     struct gen_req **tail = &e->queue;
     while (*tail)

@@ -74,6 +74,10 @@ static void record_llm(struct solve_ctx *c, const char *module, const char *slot
                     rep->completion_tokens > 0 ? rep->completion_tokens : 0);
     if (rep->cached_tokens >= 0) /* only back-ends that say */
         af_json_add_int(u, "cached_tokens", rep->cached_tokens);
+    if (rep->draft_tokens >= 0) {
+        af_json_add_int(u, "draft_tokens", rep->draft_tokens);
+        af_json_add_int(u, "draft_accepted", rep->draft_accepted);
+    }
     if (!c->p->trace)
         return;
     json_t *r = base_record(c, "llm");
@@ -89,10 +93,14 @@ static void record_llm(struct solve_ctx *c, const char *module, const char *slot
     json_object_set_new(r, "response", rep->text ? af_json_text(rep->text) : json_null());
     json_object_set_new(r, "finish_reason",
                         rep->finish_reason ? af_json_text(rep->finish_reason) : json_null());
-    json_object_set_new(r, "usage",
-                        json_pack("{s:I,s:I,s:I}", "prompt_tokens", (json_int_t)rep->prompt_tokens,
-                                  "completion_tokens", (json_int_t)rep->completion_tokens,
-                                  "cached_tokens", (json_int_t)rep->cached_tokens));
+    json_t *ru = json_pack("{s:I,s:I,s:I}", "prompt_tokens", (json_int_t)rep->prompt_tokens,
+                           "completion_tokens", (json_int_t)rep->completion_tokens,
+                           "cached_tokens", (json_int_t)rep->cached_tokens);
+    if (rep->draft_tokens >= 0) {
+        json_object_set_new(ru, "draft_tokens", json_integer((json_int_t)rep->draft_tokens));
+        json_object_set_new(ru, "draft_accepted", json_integer((json_int_t)rep->draft_accepted));
+    }
+    json_object_set_new(r, "usage", ru);
     json_object_set_new(r, "latency_ms", json_real(rep->latency_ms));
     json_object_set_new(r, "attempts", json_integer(rep->n_attempts));
     json_object_set_new(r, "error", rep->err ? af_json_text(rep->errmsg) : json_null());

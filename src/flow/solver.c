@@ -479,6 +479,29 @@ static json_t *prefix_reuse_json(const json_t *usage)
                      prompt > 0 ? (double)cached / (double)prompt : 0.0);
 }
 
+/* Prompt-lookup drafts over a solve's calls that drafted: {draft_tokens, draft_accepted,
+ * acceptance}, or null when none did. */
+static json_t *drafts_json(const json_t *usage)
+{
+    json_int_t drafted = 0, kept = 0;
+    int any = 0;
+    const char *mod;
+    json_t *u;
+    json_object_foreach((json_t *)(uintptr_t)usage, mod, u)
+    {
+        const json_t *d = json_object_get(u, "draft_tokens");
+        if (!json_is_integer(d))
+            continue;
+        any = 1;
+        drafted += json_integer_value(d);
+        kept += json_integer_value(json_object_get(u, "draft_accepted"));
+    }
+    if (!any)
+        return json_null();
+    return json_pack("{s:I,s:I,s:f}", "draft_tokens", drafted, "draft_accepted", kept,
+                     "acceptance", drafted > 0 ? (double)kept / (double)drafted : 0.0);
+}
+
 json_t *af_flow_result_json(const struct af_flow_result *r)
 {
     json_t *j = json_object();
@@ -493,6 +516,7 @@ json_t *af_flow_result_json(const struct af_flow_result *r)
     json_object_set(j, "memory", r->memory ? r->memory : json_null());
     json_object_set(j, "usage", r->usage ? r->usage : json_null());
     json_object_set_new(j, "prefix_reuse", prefix_reuse_json(r->usage));
+    json_object_set_new(j, "drafts", drafts_json(r->usage));
     json_object_set(j, "timings", r->timings ? r->timings : json_null());
     json_object_set_new(j, "error", r->err ? af_json_text(r->errmsg) : json_null());
     return j;

@@ -192,6 +192,10 @@ static int gguf_llm_chat(void *self, const struct af_llm_request *req, struct af
     reply->prompt_tokens = (int64_t)n_ids;
     reply->completion_tokens = (int64_t)res.n_ids;
     reply->cached_tokens = (int64_t)res.n_cached;
+    if (res.drafting) {
+        reply->draft_tokens = (int64_t)res.n_drafted;
+        reply->draft_accepted = (int64_t)res.n_draft_kept;
+    }
     reply->n_attempts = 1;
     reply->prompt_ids = ids;
     reply->n_prompt_ids = n_ids;

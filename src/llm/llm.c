@@ -31,6 +31,8 @@ void af_llm_reply_init(struct af_llm_reply *r)
     r->prompt_tokens = -1;
     r->completion_tokens = -1;
     r->cached_tokens = -1;
+    r->draft_tokens = -1;
+    r->draft_accepted = -1;
 }
 
 void af_llm_reply_deinit(struct af_llm_reply *r)
