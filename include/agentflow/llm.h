@@ -63,8 +63,8 @@ struct af_llm_reply {
                                   engine; servers that report usage.prompt_tokens_details
                                   .cached_tokens); -1 when unknown */
     int64_t draft_tokens;      /* prompt-lookup decoding (the in-process engine's --draft):
-                                  tokens guessed, and of them kept; -1 when not drafting */
-    int64_t draft_accepted;
+                                  tokens guessed; -1 when not drafting */
+    int64_t draft_accepted;    /* of them, the ones kept; -1 when not drafting */
     double latency_ms;         /* wall time of the whole call, retries included */
     int n_attempts;            /* HTTP attempts made (1 without retries) */
     int http_status;           /* last HTTP status, 0 when none */

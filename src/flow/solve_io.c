@@ -94,8 +94,8 @@ static void record_llm(struct solve_ctx *c, const char *module, const char *slot
     json_object_set_new(r, "finish_reason",
                         rep->finish_reason ? af_json_text(rep->finish_reason) : json_null());
     json_t *ru = json_pack("{s:I,s:I,s:I}", "prompt_tokens", (json_int_t)rep->prompt_tokens,
-                           "completion_tokens", (json_int_t)rep->completion_tokens,
-                           "cached_tokens", (json_int_t)rep->cached_tokens);
+                           "completion_tokens", (json_int_t)rep->completion_tokens, "cached_tokens",
+                           (json_int_t)rep->cached_tokens);
     if (rep->draft_tokens >= 0) {
         json_object_set_new(ru, "draft_tokens", json_integer((json_int_t)rep->draft_tokens));
         json_object_set_new(ru, "draft_accepted", json_integer((json_int_t)rep->draft_accepted));

@@ -498,8 +498,8 @@ static json_t *drafts_json(const json_t *usage)
     }
     if (!any)
         return json_null();
-    return json_pack("{s:I,s:I,s:f}", "draft_tokens", drafted, "draft_accepted", kept,
-                     "acceptance", drafted > 0 ? (double)kept / (double)drafted : 0.0);
+    return json_pack("{s:I,s:I,s:f}", "draft_tokens", drafted, "draft_accepted", kept, "acceptance",
+                     drafted > 0 ? (double)kept / (double)drafted : 0.0);
 }
 
 json_t *af_flow_result_json(const struct af_flow_result *r)
