@@ -160,18 +160,24 @@ AF_TARGET_AVX512 static float dot_q4_0(int64_t n, const void *w, const void *x)
  * over the k-chunk, its R x C scale products computed 16 blocks at a time beforehand.
  * Accumulators are parked in memory between k-chunks (an exact store / reload). */
 
+#ifndef T_R
 #define T_R 4
+#endif
+#ifndef T_C
 #define T_C 4
-#define T_KC 64   /* blocks per k-chunk (even): the packed rows (16 KiB) stay in L1 */
-#define T_DX 6144 /* activation scales per token chunk (24 KiB) */
-#define T_TC 64   /* tokens per chunk */
+#endif
+#ifndef T_KC
+#define T_KC 64 /* blocks per k-chunk (even): the packed rows (16 KiB) stay in L1 */
+#endif
+#define T_DX 16384 /* activation scales per token chunk (fp16, 32 KiB) */
+#define T_TC 64    /* tokens per chunk */
 
 struct t_scratch {
-    __m512i w[T_KC / 2][T_R];    /* pair layout, signed */
-    __m512i corr[T_KC / 2][T_R]; /* bias_corr of w */
-    float dw[T_R][T_KC + 16];
+    __m512i w[T_KC / 2][T_R];       /* pair layout, signed */
+    __m512i corr[T_KC / 2][T_R];    /* bias_corr of w */
+    uint16_t dw[T_R][T_KC];         /* fp16 scales (0 for the empty half of a last pair) */
     float sc[T_R * T_C][T_KC + 16]; /* sc[r * T_C + c][b] = dw[r][b] * dx[c][b]; 0 past kc */
-    float dx[T_DX];                 /* [token][block] of the chunk */
+    uint16_t dx[T_DX];              /* fp16 scales [token][block] of the chunk */
     __m512 park[T_TC][T_R];
 };
 
@@ -189,8 +195,8 @@ AF_TARGET_AVX512 static AF_INLINE void t_pack(uint32_t t, int nr, const uint8_t 
             const __m512i v = to_pair_layout(_mm512_inserti64x4(_mm512_castsi256_si512(w0), w1, 1));
             s->w[b / 2][r] = v;
             s->corr[b / 2][r] = bias_corr(v);
-            s->dw[r][b] = h2f(d0);
-            s->dw[r][b + 1] = h2f(d1);
+            s->dw[r][b] = d0;
+            s->dw[r][b + 1] = d1;
         }
     }
 }
@@ -201,16 +207,16 @@ AF_TARGET_AVX512 static AF_INLINE void t_step(int nr, int nc, int two, const str
                                               __m512 acc[T_R][T_C])
 {
     __m512i xv[T_C];
-#pragma GCC unroll 4
+#pragma GCC unroll 8
     for (int c = 0; c < nc; c++) {
         const struct blk_q8_0 *xb = (const struct blk_q8_0 *)(x + (size_t)c * xbytes);
         xv[c] = _mm512_xor_si512(to_pair_layout(load_2x32(xb[0].qs, xb[1].qs, two)),
                                  _mm512_set1_epi8((char)0x80));
     }
-#pragma GCC unroll 4
+#pragma GCC unroll 8
     for (int r = 0; r < nr; r++) {
         const __m512i w = s->w[p][r], corr = s->corr[p][r];
-#pragma GCC unroll 4
+#pragma GCC unroll 8
         for (int c = 0; c < nc; c++) {
             const __m512i q = _mm512_dpbusd_epi32(corr, xv[c], w);
             double sp;
@@ -221,26 +227,40 @@ AF_TARGET_AVX512 static AF_INLINE void t_step(int nr, int nc, int two, const str
     }
 }
 
-/* nr packed rows x nc tokens (x: the first token's row; dx: its float scales, nb apart) over
+/* The tile's scale products sc[r * T_C + c][b] for b in [0, kc), 16 at a time; 0 past kc. */
+AF_TARGET_AVX512 static AF_INLINE void t_scales(int nr, int nc, struct t_scratch *s, int64_t kb0,
+                                                int64_t kc, int64_t nb, const uint16_t *dx)
+{
+    for (int64_t b = 0; b < kc; b += 16) {
+        const __mmask16 k = (__mmask16)(kc - b >= 16 ? 0xFFFF : (1u << (kc - b)) - 1);
+        __m512 dxv[T_C];
+#pragma GCC unroll 8
+        for (int c = 0; c < nc; c++)
+            dxv[c] = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(k, dx + c * nb + kb0 + b));
+#pragma GCC unroll 8
+        for (int r = 0; r < nr; r++) {
+            const __m512 dwv = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(k, &s->dw[r][b]));
+#pragma GCC unroll 8
+            for (int c = 0; c < nc; c++)
+                _mm512_storeu_ps(&s->sc[r * T_C + c][b], _mm512_mul_ps(dwv, dxv[c]));
+        }
+    }
+}
+
+/* nr packed rows x nc tokens (x: the first token's row; dx: its fp16 scales, nb apart) over
  * blocks [kb0, kb0 + kc) of nb; park: the tokens' parking slots; first / last: the k-chunk's
  * position. */
 AF_TARGET_AVX512 static AF_INLINE void t_tile(int nr, int nc, struct t_scratch *s, int64_t kb0,
                                               int64_t kc, int64_t nb, const uint8_t *x,
-                                              size_t xbytes, const float *dx, __m512 (*park)[T_R],
-                                              int first, int last, float *out, int64_t ldo)
+                                              size_t xbytes, const uint16_t *dx,
+                                              __m512 (*park)[T_R], int first, int last, float *out,
+                                              int64_t ldo)
 {
-    for (int r = 0; r < nr; r++)
-        for (int c = 0; c < nc; c++)
-            for (int64_t b = 0; b < kc; b += 16) {
-                const __mmask16 k = (__mmask16)(kc - b >= 16 ? 0xFFFF : (1u << (kc - b)) - 1);
-                const __m512 d = _mm512_mul_ps(_mm512_maskz_loadu_ps(k, &s->dw[r][b]),
-                                               _mm512_maskz_loadu_ps(k, dx + c * nb + kb0 + b));
-                _mm512_storeu_ps(&s->sc[r * T_C + c][b], d);
-            }
+    t_scales(nr, nc, s, kb0, kc, nb, dx);
     __m512 acc[T_R][T_C];
-#pragma GCC unroll 4
+#pragma GCC unroll 8
     for (int r = 0; r < nr; r++)
-#pragma GCC unroll 4
+#pragma GCC unroll 8
         for (int c = 0; c < nc; c++)
             acc[r][c] = first ? _mm512_setzero_ps() : park[c][r];
     const uint8_t *xb = x + (size_t)kb0 * sizeof(struct blk_q8_0);
@@ -249,9 +269,9 @@ AF_TARGET_AVX512 static AF_INLINE void t_tile(int nr, int nc, struct t_scratch *
         t_step(nr, nc, 1, s, p, xb, xbytes, acc);
     if (2 * p < kc)
         t_step(nr, nc, 0, s, p, xb, xbytes, acc);
-#pragma GCC unroll 4
+#pragma GCC unroll 8
     for (int r = 0; r < nr; r++)
-#pragma GCC unroll 4
+#pragma GCC unroll 8
         for (int c = 0; c < nc; c++) {
             if (last)
                 out[c * ldo + r] = hsum16(acc[r][c]);
@@ -295,7 +315,7 @@ AF_TARGET_AVX512 static AF_INLINE void matmul_t(uint32_t t, quant_vec_dot_fn dot
         for (int64_t c = 0; c < tc; c++) {
             const struct blk_q8_0 *xr = (const struct blk_q8_0 *)(x + (size_t)c * xbytes);
             for (int64_t b = 0; b < nb; b++)
-                s.dx[c * nb + b] = h2f(xr[b].d);
+                s.dx[c * nb + b] = xr[b].d;
         }
         for (int64_t r = r0; r < r1;) {
             const int nr = r1 - r < T_R ? 1 : T_R;
