@@ -115,20 +115,58 @@ AF_TARGET_AVX512 static AF_INLINE __m512 pair_scale(uint16_t w0, uint16_t w1, ui
 
 /* ---- vec_dot: one row against one token ------------------------------------------------ */
 
+/* The integer lanes of the pair starting at block b (`two` blocks or one), pair layout. */
+AF_TARGET_AVX512 static AF_INLINE __m512i dot_pair_i32(uint32_t t, const void *w, const void *x,
+                                                       int64_t b, int two, uint16_t *d)
+{
+    const struct blk_q8_0 *xb = (const struct blk_q8_0 *)x + b;
+    d[1] = 0;
+    const __m256i w0 = wblock(t, w, b, &d[0]);
+    const __m256i w1 = two ? wblock(t, w, b + 1, &d[1]) : _mm256_setzero_si256();
+    const __m512i wv = _mm512_inserti64x4(_mm512_castsi256_si512(w0), w1, 1);
+    const __m512i xu =
+        _mm512_xor_si512(load_2x32(xb[0].qs, xb[1].qs, two), _mm512_set1_epi8((char)0x80));
+    return to_pair_layout(_mm512_dpbusd_epi32(bias_corr(wv), xu, wv));
+}
+
 /* acc + the pair starting at block b (`two` blocks or one). */
 AF_TARGET_AVX512 static AF_INLINE __m512 dot_pair(uint32_t t, const void *w, const void *x,
                                                   int64_t b, int two, __m512 acc)
 {
     const struct blk_q8_0 *xb = (const struct blk_q8_0 *)x + b;
-    uint16_t d0, d1 = 0;
-    const __m256i w0 = wblock(t, w, b, &d0);
-    const __m256i w1 = two ? wblock(t, w, b + 1, &d1) : _mm256_setzero_si256();
-    const __m512i wv = _mm512_inserti64x4(_mm512_castsi256_si512(w0), w1, 1);
-    const __m512i xu =
-        _mm512_xor_si512(load_2x32(xb[0].qs, xb[1].qs, two), _mm512_set1_epi8((char)0x80));
-    const __m512i p = _mm512_dpbusd_epi32(bias_corr(wv), xu, wv);
-    const __m512 s = pair_scale(d0, d1, xb[0].d, two ? xb[1].d : 0);
-    return _mm512_fmadd_ps(s, _mm512_cvtepi32_ps(to_pair_layout(p)), acc);
+    uint16_t d[2];
+    const __m512 p = _mm512_cvtepi32_ps(dot_pair_i32(t, w, x, b, two, d));
+    return _mm512_fmadd_ps(pair_scale(d[0], d[1], xb[0].d, two ? xb[1].d : 0), p, acc);
+}
+
+/* The scale products dw * dx of blocks b .. b + 3, picked out of the blocks with word
+ * permutes (the fp16 scales sit at even offsets: 34 and 18 bytes apart). */
+AF_TARGET_AVX512 static AF_INLINE __m128 scales4(uint32_t t, const void *w, const void *x,
+                                                 int64_t b)
+{
+    const uint8_t *xp = (const uint8_t *)((const struct blk_q8_0 *)x + b);
+    const __m512i i8 = _mm512_set_epi16(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+                                        0, 0, 0, 0, 0, 0, 0, 0, 51, 34, 17, 0);
+    const __m512i dx =
+        _mm512_permutex2var_epi16(_mm512_loadu_si512(xp), i8, _mm512_loadu_si512(xp + 64));
+    __m512i dw;
+    if (t == GGML_TYPE_Q8_0) {
+        const uint8_t *wp = (const uint8_t *)((const struct blk_q8_0 *)w + b);
+        dw = _mm512_permutex2var_epi16(_mm512_loadu_si512(wp), i8, _mm512_loadu_si512(wp + 64));
+    } else {
+        const uint8_t *wp = (const uint8_t *)((const struct blk_q4_0 *)w + b);
+        const __m512i i4 = _mm512_set_epi16(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+                                            0, 0, 0, 0, 0, 0, 0, 0, 0, 27, 18, 9, 0);
+        dw = _mm512_permutexvar_epi16(i4, _mm512_loadu_si512(wp));
+    }
+    return _mm_mul_ps(_mm_cvtph_ps(_mm512_castsi512_si128(dw)),
+                      _mm_cvtph_ps(_mm512_castsi512_si128(dx)));
+}
+
+/* (s0, s1) of v in the even / odd lanes. */
+AF_TARGET_AVX512 static AF_INLINE __m512 bcast_pair(__m128 v)
+{
+    return _mm512_castpd_ps(_mm512_broadcastsd_pd(_mm_castps_pd(v)));
 }
 
 AF_TARGET_AVX512 static AF_INLINE float dot_t(uint32_t t, int64_t n, const void *w, const void *x)
@@ -136,6 +174,14 @@ AF_TARGET_AVX512 static AF_INLINE float dot_t(uint32_t t, int64_t n, const void 
     const int64_t nb = n / QK;
     __m512 acc = _mm512_setzero_ps();
     int64_t b = 0;
+    for (; b + 4 <= nb; b += 4) { /* the scales of two pairs at once */
+        uint16_t d[2];
+        const __m128 s = scales4(t, w, x, b);
+        const __m512 p0 = _mm512_cvtepi32_ps(dot_pair_i32(t, w, x, b, 1, d));
+        const __m512 p1 = _mm512_cvtepi32_ps(dot_pair_i32(t, w, x, b + 2, 1, d));
+        acc = _mm512_fmadd_ps(bcast_pair(s), p0, acc);
+        acc = _mm512_fmadd_ps(bcast_pair(_mm_movehl_ps(s, s)), p1, acc);
+    }
     for (; b + 2 <= nb; b += 2)
         acc = dot_pair(t, w, x, b, 1, acc);
     if (b < nb)
