@@ -139,28 +139,23 @@ AF_TARGET_AVX512 static AF_INLINE __m512 dot_pair(uint32_t t, const void *w, con
     return _mm512_fmadd_ps(pair_scale(d[0], d[1], xb[0].d, two ? xb[1].d : 0), p, acc);
 }
 
-/* The scale products dw * dx of blocks b .. b + 3, picked out of the blocks with word
- * permutes (the fp16 scales sit at even offsets: 34 and 18 bytes apart). */
-AF_TARGET_AVX512 static AF_INLINE __m128 scales4(uint32_t t, const void *w, const void *x,
-                                                 int64_t b)
+/* The fp16 scales of blocks b .. b + 3 as floats, picked out of the blocks with word permutes
+ * (they sit at even offsets: 34 bytes apart in Q8_0, 18 in Q4_0). */
+AF_TARGET_AVX512 static AF_INLINE __m128 scales4(uint32_t t, const void *row, int64_t b)
 {
-    const uint8_t *xp = (const uint8_t *)((const struct blk_q8_0 *)x + b);
-    const __m512i i8 = _mm512_set_epi16(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-                                        0, 0, 0, 0, 0, 0, 0, 0, 51, 34, 17, 0);
-    const __m512i dx =
-        _mm512_permutex2var_epi16(_mm512_loadu_si512(xp), i8, _mm512_loadu_si512(xp + 64));
-    __m512i dw;
     if (t == GGML_TYPE_Q8_0) {
-        const uint8_t *wp = (const uint8_t *)((const struct blk_q8_0 *)w + b);
-        dw = _mm512_permutex2var_epi16(_mm512_loadu_si512(wp), i8, _mm512_loadu_si512(wp + 64));
-    } else {
-        const uint8_t *wp = (const uint8_t *)((const struct blk_q4_0 *)w + b);
-        const __m512i i4 = _mm512_set_epi16(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-                                            0, 0, 0, 0, 0, 0, 0, 0, 0, 27, 18, 9, 0);
-        dw = _mm512_permutexvar_epi16(i4, _mm512_loadu_si512(wp));
+        const uint8_t *p = (const uint8_t *)((const struct blk_q8_0 *)row + b);
+        const __m512i i8 = _mm512_set_epi16(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+                                            0, 0, 0, 0, 0, 0, 0, 0, 0, 51, 34, 17, 0);
+        const __m512i d =
+            _mm512_permutex2var_epi16(_mm512_loadu_si512(p), i8, _mm512_loadu_si512(p + 64));
+        return _mm_cvtph_ps(_mm512_castsi512_si128(d));
     }
-    return _mm_mul_ps(_mm_cvtph_ps(_mm512_castsi512_si128(dw)),
-                      _mm_cvtph_ps(_mm512_castsi512_si128(dx)));
+    const uint8_t *p = (const uint8_t *)((const struct blk_q4_0 *)row + b);
+    const __m512i i4 = _mm512_set_epi16(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+                                        0, 0, 0, 0, 0, 0, 0, 0, 27, 18, 9, 0);
+    return _mm_cvtph_ps(
+        _mm512_castsi512_si128(_mm512_permutexvar_epi16(i4, _mm512_loadu_si512(p))));
 }
 
 /* (s0, s1) of v in the even / odd lanes. */
@@ -169,24 +164,82 @@ AF_TARGET_AVX512 static AF_INLINE __m512 bcast_pair(__m128 v)
     return _mm512_castpd_ps(_mm512_broadcastsd_pd(_mm_castps_pd(v)));
 }
 
+/* The weight side of blocks b .. b + 3 of row w against the token's biased pairs xu[2] and
+ * float scales dx: two pairs into acc. */
+AF_TARGET_AVX512 static AF_INLINE __m512 dot4_w(uint32_t t, const void *w, int64_t b,
+                                                const __m512i xu[2], __m128 dx, __m512 acc)
+{
+    const __m128 s = _mm_mul_ps(scales4(t, w, b), dx);
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; h++) {
+        uint16_t d;
+        const __m256i w0 = wblock(t, w, b + 2 * h, &d);
+        const __m256i w1 = wblock(t, w, b + 2 * h + 1, &d);
+        const __m512i wv = _mm512_inserti64x4(_mm512_castsi256_si512(w0), w1, 1);
+        const __m512i p = to_pair_layout(_mm512_dpbusd_epi32(bias_corr(wv), xu[h], wv));
+        acc = _mm512_fmadd_ps(bcast_pair(h ? _mm_movehl_ps(s, s) : s), _mm512_cvtepi32_ps(p), acc);
+    }
+    return acc;
+}
+
+/* nr rows of w (wbytes apart) against one token x: out[r] = vec_dot, the x side shared. */
+AF_TARGET_AVX512 static AF_INLINE void dot_rows(uint32_t t, int nr, const uint8_t *w, size_t wbytes,
+                                                int64_t nb, const void *x, float *out)
+{
+    const struct blk_q8_0 *xb = x;
+    __m512 acc[4];
+#pragma GCC unroll 4
+    for (int r = 0; r < nr; r++)
+        acc[r] = _mm512_setzero_ps();
+    int64_t b = 0;
+    for (; b + 4 <= nb; b += 4) {
+        __m512i xu[2];
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++)
+            xu[h] = _mm512_xor_si512(load_2x32(xb[b + 2 * h].qs, xb[b + 2 * h + 1].qs, 1),
+                                     _mm512_set1_epi8((char)0x80));
+        const __m128 dx = scales4(GGML_TYPE_Q8_0, x, b);
+#pragma GCC unroll 4
+        for (int r = 0; r < nr; r++)
+            acc[r] = dot4_w(t, w + (size_t)r * wbytes, b, xu, dx, acc[r]);
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < nr; r++) {
+        int64_t i = b;
+        for (; i + 2 <= nb; i += 2)
+            acc[r] = dot_pair(t, w + (size_t)r * wbytes, x, i, 1, acc[r]);
+        if (i < nb)
+            acc[r] = dot_pair(t, w + (size_t)r * wbytes, x, i, 0, acc[r]);
+        out[r] = hsum16(acc[r]);
+    }
+}
+
 AF_TARGET_AVX512 static AF_INLINE float dot_t(uint32_t t, int64_t n, const void *w, const void *x)
 {
-    const int64_t nb = n / QK;
-    __m512 acc = _mm512_setzero_ps();
-    int64_t b = 0;
-    for (; b + 4 <= nb; b += 4) { /* the scales of two pairs at once */
-        uint16_t d[2];
-        const __m128 s = scales4(t, w, x, b);
-        const __m512 p0 = _mm512_cvtepi32_ps(dot_pair_i32(t, w, x, b, 1, d));
-        const __m512 p1 = _mm512_cvtepi32_ps(dot_pair_i32(t, w, x, b + 2, 1, d));
-        acc = _mm512_fmadd_ps(bcast_pair(s), p0, acc);
-        acc = _mm512_fmadd_ps(bcast_pair(_mm_movehl_ps(s, s)), p1, acc);
+    float out;
+    dot_rows(t, 1, w, 0, n / QK, x, &out);
+    return out;
+}
+
+/* out[j * ldo + r] for the m (few) tokens: 4 rows at a time, each token on its own. */
+AF_TARGET_AVX512 static AF_INLINE void matmul_dots(uint32_t t, const void *W, size_t wbytes,
+                                                   int64_t k, const void *X, size_t xbytes,
+                                                   int64_t m, float *out, int64_t ldo, int64_t r0,
+                                                   int64_t r1)
+{
+    const uint8_t *Wb = W, *Xb = X;
+    for (int64_t r = r0; r < r1;) {
+        const int nr = r1 - r < 4 ? 1 : 4;
+        for (int64_t j = 0; j < m; j++) {
+            if (nr == 4)
+                dot_rows(t, 4, Wb + (size_t)r * wbytes, wbytes, k / QK, Xb + (size_t)j * xbytes,
+                         out + j * ldo + r);
+            else
+                dot_rows(t, 1, Wb + (size_t)r * wbytes, wbytes, k / QK, Xb + (size_t)j * xbytes,
+                         out + j * ldo + r);
+        }
+        r += nr;
     }
-    for (; b + 2 <= nb; b += 2)
-        acc = dot_pair(t, w, x, b, 1, acc);
-    if (b < nb)
-        acc = dot_pair(t, w, x, b, 0, acc);
-    return hsum16(acc);
 }
 
 AF_TARGET_AVX512 static float dot_q8_0(int64_t n, const void *w, const void *x)
@@ -341,16 +394,15 @@ AF_TARGET_AVX512 static AF_INLINE void t_groups(int nr, struct t_scratch *s, int
                first, last, out + c * ldo, ldo);
 }
 
-AF_TARGET_AVX512 static AF_INLINE void matmul_t(uint32_t t, quant_vec_dot_fn dot, const void *W,
-                                                size_t wbytes, int64_t k, const void *X,
-                                                size_t xbytes, int64_t m, float *out, int64_t ldo,
-                                                int64_t r0, int64_t r1)
+AF_TARGET_AVX512 static AF_INLINE void matmul_t(uint32_t t, const void *W, size_t wbytes, int64_t k,
+                                                const void *X, size_t xbytes, int64_t m, float *out,
+                                                int64_t ldo, int64_t r0, int64_t r1)
 {
     const int64_t nb = k / QK;
     int64_t tcmax = nb > 0 ? T_DX / nb : 0;
     tcmax = tcmax > T_TC ? T_TC : tcmax;
     if (m < T_C || tcmax < T_C) { /* decode, or rows too long for the scale buffer */
-        quant_matmul_loop(dot, W, wbytes, k, X, xbytes, m, out, ldo, r0, r1);
+        matmul_dots(t, W, wbytes, k, X, xbytes, m, out, ldo, r0, r1);
         return;
     }
     struct t_scratch s;
@@ -387,14 +439,14 @@ AF_TARGET_AVX512 static void matmul_q8_0(const void *W, size_t wbytes, int64_t k
                                          size_t xbytes, int64_t m, float *out, int64_t ldo,
                                          int64_t r0, int64_t r1)
 {
-    matmul_t(GGML_TYPE_Q8_0, dot_q8_0, W, wbytes, k, X, xbytes, m, out, ldo, r0, r1);
+    matmul_t(GGML_TYPE_Q8_0, W, wbytes, k, X, xbytes, m, out, ldo, r0, r1);
 }
 
 AF_TARGET_AVX512 static void matmul_q4_0(const void *W, size_t wbytes, int64_t k, const void *X,
                                          size_t xbytes, int64_t m, float *out, int64_t ldo,
                                          int64_t r0, int64_t r1)
 {
-    matmul_t(GGML_TYPE_Q4_0, dot_q4_0, W, wbytes, k, X, xbytes, m, out, ldo, r0, r1);
+    matmul_t(GGML_TYPE_Q4_0, W, wbytes, k, X, xbytes, m, out, ldo, r0, r1);
 }
 
 const struct quant_kernels quant_kernels_avx512 = {
