@@ -1,8 +1,9 @@
 /*
  * quant_avx512.c - AVX-512 F/BW/VL + VNNI kernels for Q8_0 and Q4_0 against Q8_0 activations:
- * vec_dot (decode) and a packed, register-tiled prefill matmul (4 weight rows x 4 tokens), both
- * on 512-bit registers and vpdpbusd. Types without an entry here fall through to the AVX2
- * kernels (quant_dispatch.c), the float types included.
+ * vec_dot, a decode matmul (m < 4: 4 weight rows at a time against each token) and a packed,
+ * register-tiled prefill matmul (4 weight rows x 4 tokens), all on 512-bit registers and
+ * vpdpbusd. Types without an entry here fall through to the AVX2 kernels (quant_dispatch.c),
+ * the float types included (their bits are the AVX2 table's).
  *
  * Pair layout: one zmm holds two 32-element blocks, 2p in the even int32 / float lanes and 2p + 1
  * in the odd ones; lane 2i + h is dword i (elements 4i..4i+3) of block 2p + h. Per output, the
@@ -52,11 +53,6 @@ AF_TARGET_AVX512 static AF_INLINE float hsum16(__m512 v)
     r = _mm_add_ps(r, _mm_movehl_ps(r, r));
     r = _mm_add_ss(r, _mm_movehdup_ps(r));
     return _mm_cvtss_f32(r);
-}
-
-AF_TARGET_AVX512 static AF_INLINE float h2f(uint16_t h)
-{
-    return _cvtsh_ss(h);
 }
 
 /* Dword i of [block 2p | block 2p + 1] (natural order) to lane 2 (i % 8) + i / 8. */
@@ -253,11 +249,14 @@ AF_TARGET_AVX512 static float dot_q4_0(int64_t n, const void *w, const void *x)
 }
 
 /* ---- packed prefill matmul ---------------------------------------------------------------
- * For each chunk of up to T_TC tokens (activation scales converted to float once), each group
- * of T_R weight rows and each k-chunk of T_KC blocks: the rows are packed (pair layout, signed
- * bytes, bias corrections, float scales), then every group of T_C tokens runs a register tile
- * over the k-chunk, its R x C scale products computed 16 blocks at a time beforehand.
- * Accumulators are parked in memory between k-chunks (an exact store / reload). */
+ * For each chunk of up to T_TC tokens (their fp16 scales gathered once), each group of T_R
+ * weight rows and each k-chunk of T_KC blocks: the rows are packed (pair layout, signed bytes,
+ * bias corrections, fp16 scales), then every group of T_C tokens runs a register tile over the
+ * k-chunk, its R x C scale products computed 16 blocks at a time beforehand (one vmulps for 16
+ * blocks, the products then broadcast two at a time from memory). Per (row, token, pair) the
+ * tile's inner step is vpdpbusd (from the row's correction), vcvtdq2ps and one FMA; the
+ * token's pair is permuted to the pair layout and biased once for the 4 rows. Accumulators are
+ * parked in memory between k-chunks (an exact store / reload). Scratch: ~70 KiB of stack. */
 
 #ifndef T_R
 #define T_R 4
