@@ -1,6 +1,6 @@
 /*
  * quant_avx512.c - AVX-512 F/BW/VL + VNNI kernels for Q8_0 and Q4_0 against Q8_0 activations:
- * vec_dot, a decode matmul (m < 4: 4 weight rows at a time against each token) and a packed,
+ * vec_dot (also the matmul for m < 4: one row at a time streams best from DRAM) and a packed,
  * register-tiled prefill matmul (4 weight rows x 4 tokens), all on 512-bit registers and
  * vpdpbusd. Types without an entry here fall through to the AVX2 kernels (quant_dispatch.c),
  * the float types included (their bits are the AVX2 table's).
@@ -160,8 +160,8 @@ AF_TARGET_AVX512 static AF_INLINE __m512 bcast_pair(__m128 v)
     return _mm512_castpd_ps(_mm512_broadcastsd_pd(_mm_castps_pd(v)));
 }
 
-/* The weight side of blocks b .. b + 3 of row w against the token's biased pairs xu[2] and
- * float scales dx: two pairs into acc. */
+/* Blocks b .. b + 3 of row w against the token's biased pairs xu[2] and float scales dx: two
+ * pairs into acc. */
 AF_TARGET_AVX512 static AF_INLINE __m512 dot4_w(uint32_t t, const void *w, int64_t b,
                                                 const __m512i xu[2], __m128 dx, __m512 acc)
 {
@@ -178,15 +178,11 @@ AF_TARGET_AVX512 static AF_INLINE __m512 dot4_w(uint32_t t, const void *w, int64
     return acc;
 }
 
-/* nr rows of w (wbytes apart) against one token x: out[r] = vec_dot, the x side shared. */
-AF_TARGET_AVX512 static AF_INLINE void dot_rows(uint32_t t, int nr, const uint8_t *w, size_t wbytes,
-                                                int64_t nb, const void *x, float *out)
+AF_TARGET_AVX512 static AF_INLINE float dot_t(uint32_t t, int64_t n, const void *w, const void *x)
 {
     const struct blk_q8_0 *xb = x;
-    __m512 acc[4];
-#pragma GCC unroll 4
-    for (int r = 0; r < nr; r++)
-        acc[r] = _mm512_setzero_ps();
+    const int64_t nb = n / QK;
+    __m512 acc = _mm512_setzero_ps();
     int64_t b = 0;
     for (; b + 4 <= nb; b += 4) {
         __m512i xu[2];
@@ -194,48 +190,13 @@ AF_TARGET_AVX512 static AF_INLINE void dot_rows(uint32_t t, int nr, const uint8_
         for (int h = 0; h < 2; h++)
             xu[h] = _mm512_xor_si512(load_2x32(xb[b + 2 * h].qs, xb[b + 2 * h + 1].qs, 1),
                                      _mm512_set1_epi8((char)0x80));
-        const __m128 dx = scales4(GGML_TYPE_Q8_0, x, b);
-#pragma GCC unroll 4
-        for (int r = 0; r < nr; r++)
-            acc[r] = dot4_w(t, w + (size_t)r * wbytes, b, xu, dx, acc[r]);
+        acc = dot4_w(t, w, b, xu, scales4(GGML_TYPE_Q8_0, x, b), acc);
     }
-#pragma GCC unroll 4
-    for (int r = 0; r < nr; r++) {
-        int64_t i = b;
-        for (; i + 2 <= nb; i += 2)
-            acc[r] = dot_pair(t, w + (size_t)r * wbytes, x, i, 1, acc[r]);
-        if (i < nb)
-            acc[r] = dot_pair(t, w + (size_t)r * wbytes, x, i, 0, acc[r]);
-        out[r] = hsum16(acc[r]);
-    }
-}
-
-AF_TARGET_AVX512 static AF_INLINE float dot_t(uint32_t t, int64_t n, const void *w, const void *x)
-{
-    float out;
-    dot_rows(t, 1, w, 0, n / QK, x, &out);
-    return out;
-}
-
-/* out[j * ldo + r] for the m (few) tokens: 4 rows at a time, each token on its own. */
-AF_TARGET_AVX512 static AF_INLINE void matmul_dots(uint32_t t, const void *W, size_t wbytes,
-                                                   int64_t k, const void *X, size_t xbytes,
-                                                   int64_t m, float *out, int64_t ldo, int64_t r0,
-                                                   int64_t r1)
-{
-    const uint8_t *Wb = W, *Xb = X;
-    for (int64_t r = r0; r < r1;) {
-        const int nr = r1 - r < 4 ? 1 : 4;
-        for (int64_t j = 0; j < m; j++) {
-            if (nr == 4)
-                dot_rows(t, 4, Wb + (size_t)r * wbytes, wbytes, k / QK, Xb + (size_t)j * xbytes,
-                         out + j * ldo + r);
-            else
-                dot_rows(t, 1, Wb + (size_t)r * wbytes, wbytes, k / QK, Xb + (size_t)j * xbytes,
-                         out + j * ldo + r);
-        }
-        r += nr;
-    }
+    for (; b + 2 <= nb; b += 2)
+        acc = dot_pair(t, w, x, b, 1, acc);
+    if (b < nb)
+        acc = dot_pair(t, w, x, b, 0, acc);
+    return hsum16(acc);
 }
 
 AF_TARGET_AVX512 static float dot_q8_0(int64_t n, const void *w, const void *x)
@@ -401,7 +362,8 @@ AF_TARGET_AVX512 static AF_INLINE void matmul_t(uint32_t t, const void *W, size_
     int64_t tcmax = nb > 0 ? T_DX / nb : 0;
     tcmax = tcmax > T_TC ? T_TC : tcmax;
     if (m < T_C || tcmax < T_C) { /* decode, or rows too long for the scale buffer */
-        matmul_dots(t, W, wbytes, k, X, xbytes, m, out, ldo, r0, r1);
+        quant_matmul_loop(t == GGML_TYPE_Q8_0 ? dot_q8_0 : dot_q4_0, W, wbytes, k, X, xbytes, m,
+                          out, ldo, r0, r1);
         return;
     }
     struct t_scratch s;
