@@ -517,8 +517,9 @@ static void test_prefill_tiles_32(void **state)
 
 /* The AVX-512 Q8_0 / Q4_0 kernels are batch invariant: every matmul output (register tiles,
  * leftover rows and tokens, m = 1 and small m through the dot) has the bits of vec_dot on that
- * row and token, and is close to the reference. k = 131 blocks crosses two k-chunk edges and
- * ends on an odd block; 7 rows leave 3 single rows. */
+ * row and token, whatever the row range of the call, and is close to the reference. k = 131
+ * blocks crosses two k-chunk edges and ends on an odd block; m = 67 crosses a token-chunk edge;
+ * 7 rows leave 3 single rows, and rows 0..3 / 3..7 in two calls start a tile off row 0. */
 static void test_avx512_batch_invariant(void **state)
 {
     (void)state;
@@ -528,8 +529,8 @@ static void test_avx512_batch_invariant(void **state)
     }
     static const uint32_t types[] = {GGML_TYPE_Q8_0, GGML_TYPE_Q4_0};
     static const int64_t nbs[] = {1, 2, 5, 131};
-    static const int64_t ms[] = {1, 3, 4, 7, 64};
-    const int64_t rows = 7, mmax = 64;
+    static const int64_t ms[] = {1, 3, 4, 7, 64, 67};
+    const int64_t rows = 7, mmax = 67;
     struct rng r = {0x512};
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++)
         for (size_t ki = 0; ki < sizeof nbs / sizeof nbs[0]; ki++) {
@@ -539,11 +540,16 @@ static void test_avx512_batch_invariant(void **state)
             uint8_t *W = quantize_rows(t, fw, rows, k), *X = prepare_rows(t, fx, mmax, k);
             const size_t wb = quant_row_bytes(t, k), xb = quant_row_bytes(GGML_TYPE_Q8_0, k);
             float *out = malloc((size_t)(rows * mmax) * sizeof *out);
+            float *split = malloc((size_t)(rows * mmax) * sizeof *split);
             assert_non_null(out);
+            assert_non_null(split);
             for (size_t mi = 0; mi < sizeof ms / sizeof ms[0]; mi++) {
                 const int64_t m = ms[mi];
                 assert_int_equal(quant_set_isa("avx512"), 0);
                 quant_matmul(t, W, k, X, m, out, rows, 0, rows);
+                quant_matmul(t, W, k, X, m, split, rows, 0, 3);
+                quant_matmul(t, W, k, X, m, split, rows, 3, rows);
+                assert_memory_equal(out, split, (size_t)(rows * m) * sizeof *out);
                 for (int64_t j = 0; j < m; j++)
                     for (int64_t i = 0; i < rows; i++) {
                         const uint8_t *w = W + (size_t)i * wb, *x = X + (size_t)j * xb;
@@ -567,6 +573,7 @@ static void test_avx512_batch_invariant(void **state)
             free(W);
             free(X);
             free(out);
+            free(split);
         }
     assert_int_equal(quant_set_isa("auto"), 0);
 }

@@ -33,10 +33,10 @@ static void merge(const struct quant_kernels *const *layers, int n)
 static int select_isa(const char *name)
 {
     const struct quant_kernels *layers[2] = {&quant_kernels_avx2, &quant_kernels_avx512};
-    /* auto takes the best table the CPU runs. The AVX-512 table holds only Q8_0 and Q4_0 (its
-     * packed 4 x 4 vpdpbusd tiles: on Zen 5, bench/quant, one thread, about 2.3x the AVX2
-     * prefill at m = 64 and ~10% faster decode); every other type, the float ones included,
-     * falls through to the AVX2 kernels, so their bits do not depend on AVX-512. */
+    /* auto takes the best table the CPU runs. The AVX-512 table holds only Q8_0 and Q4_0: on
+     * Zen 5 (bench/quant, one thread, docs/PERFORMANCE.md) its prefill is about 2.2x the AVX2
+     * tiles' and its decode no slower; every other type, the float ones included, falls
+     * through to the AVX2 kernels, so their bits do not depend on AVX-512. */
     if (!strcmp(name, "auto")) {
         if (quant_avx512_usable())
             name = "avx512";
