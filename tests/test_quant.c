@@ -515,6 +515,69 @@ static void test_prefill_tiles_32(void **state)
     assert_int_equal(quant_set_isa("auto"), 0);
 }
 
+/* The AVX-512 Q8_0 / Q4_0 kernels are batch invariant: every matmul output (register tiles,
+ * leftover rows and tokens, m = 1 and small m through the dot) has the bits of vec_dot on that
+ * row and token, whatever the row range of the call, and is close to the reference. k = 131
+ * blocks crosses two k-chunk edges and ends on an odd block; m = 67 crosses a token-chunk edge;
+ * 7 rows leave 3 single rows, and rows 0..3 / 3..7 in two calls start a tile off row 0. */
+static void test_avx512_batch_invariant(void **state)
+{
+    (void)state;
+    if (quant_set_isa("avx512") != 0) {
+        printf("AVX-512 VNNI not available on this CPU: skipping\n");
+        skip();
+    }
+    static const uint32_t types[] = {GGML_TYPE_Q8_0, GGML_TYPE_Q4_0};
+    static const int64_t nbs[] = {1, 2, 5, 131};
+    static const int64_t ms[] = {1, 3, 4, 7, 64, 67};
+    const int64_t rows = 7, mmax = 67;
+    struct rng r = {0x512};
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++)
+        for (size_t ki = 0; ki < sizeof nbs / sizeof nbs[0]; ki++) {
+            const uint32_t t = types[ti];
+            const int64_t k = 32 * nbs[ki];
+            float *fw = rand_vec(&r, rows * k, 0.05f), *fx = rand_vec(&r, mmax * k, 1.0f);
+            uint8_t *W = quantize_rows(t, fw, rows, k), *X = prepare_rows(t, fx, mmax, k);
+            const size_t wb = quant_row_bytes(t, k), xb = quant_row_bytes(GGML_TYPE_Q8_0, k);
+            float *out = malloc((size_t)(rows * mmax) * sizeof *out);
+            float *split = malloc((size_t)(rows * mmax) * sizeof *split);
+            assert_non_null(out);
+            assert_non_null(split);
+            for (size_t mi = 0; mi < sizeof ms / sizeof ms[0]; mi++) {
+                const int64_t m = ms[mi];
+                assert_int_equal(quant_set_isa("avx512"), 0);
+                quant_matmul(t, W, k, X, m, out, rows, 0, rows);
+                quant_matmul(t, W, k, X, m, split, rows, 0, 3);
+                quant_matmul(t, W, k, X, m, split, rows, 3, rows);
+                assert_memory_equal(out, split, (size_t)(rows * m) * sizeof *out);
+                for (int64_t j = 0; j < m; j++)
+                    for (int64_t i = 0; i < rows; i++) {
+                        const uint8_t *w = W + (size_t)i * wb, *x = X + (size_t)j * xb;
+                        assert_int_equal(quant_set_isa("avx512"), 0);
+                        const float dot = quant_vec_dot(t, k, w, x);
+                        if (memcmp(&dot, &out[j * rows + i], sizeof dot))
+                            fail_msg("%s k=%lld m=%lld row %lld tok %lld: matmul %.9g, dot %.9g",
+                                     quant_type_name(t), (long long)k, (long long)m, (long long)i,
+                                     (long long)j, (double)out[j * rows + i], (double)dot);
+                        assert_int_equal(quant_set_isa("ref"), 0);
+                        const float ref = quant_vec_dot(t, k, w, x);
+                        const double tol = 2e-6 * dequant_abs_dot(t, w, x, k, fw, fx) + 1e-30;
+                        if (fabs((double)dot - (double)ref) > tol)
+                            fail_msg("%s k=%lld row %lld tok %lld: %.9g vs ref %.9g (tol %g)",
+                                     quant_type_name(t), (long long)k, (long long)i, (long long)j,
+                                     (double)dot, (double)ref, tol);
+                    }
+            }
+            free(fw);
+            free(fx);
+            free(W);
+            free(X);
+            free(out);
+            free(split);
+        }
+    assert_int_equal(quant_set_isa("auto"), 0);
+}
+
 /* The AVX2 K-quant prefill (1 row x 4 tokens, in token blocks that fit L2): the same bits
  * whatever the batch size (2+) or token offset. k = 29 blocks of 256 makes blocks of 20
  * tokens, so m = 45 crosses two block edges and leaves a partial tile. */
@@ -630,13 +693,21 @@ static void test_axpy_isas(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_type_table),         cmocka_unit_test(test_q8_0_rounding),
-        cmocka_unit_test(test_roundtrip_error),    cmocka_unit_test(test_isa_select),
-        cmocka_unit_test(test_prepare_act_dot),    cmocka_unit_test(test_avx2_vs_ref),
-        cmocka_unit_test(test_axpy_isas),          cmocka_unit_test(test_avx512_vs_ref),
-        cmocka_unit_test(test_oracle_q8_0),        cmocka_unit_test(test_oracle_q4_0),
-        cmocka_unit_test(test_oracle_kquants),     cmocka_unit_test(test_prefill_tiles_32),
-        cmocka_unit_test(test_prefill_gemm_float), cmocka_unit_test(test_prefill_tiles_k),
+        cmocka_unit_test(test_type_table),
+        cmocka_unit_test(test_q8_0_rounding),
+        cmocka_unit_test(test_roundtrip_error),
+        cmocka_unit_test(test_isa_select),
+        cmocka_unit_test(test_prepare_act_dot),
+        cmocka_unit_test(test_avx2_vs_ref),
+        cmocka_unit_test(test_axpy_isas),
+        cmocka_unit_test(test_avx512_vs_ref),
+        cmocka_unit_test(test_oracle_q8_0),
+        cmocka_unit_test(test_oracle_q4_0),
+        cmocka_unit_test(test_oracle_kquants),
+        cmocka_unit_test(test_prefill_tiles_32),
+        cmocka_unit_test(test_prefill_gemm_float),
+        cmocka_unit_test(test_prefill_tiles_k),
+        cmocka_unit_test(test_avx512_batch_invariant),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,7 +1,23 @@
 /*
- * quant_avx512.c - AVX-512 F/BW/VL + VNNI kernels: F32 vec_dot on 512-bit registers, and Q8_0 /
- * Q4_0 vec_dot and 2 x 4 tiled matmul with vpdpbusd (no int16 saturation step). Types without
- * an entry here fall through to the AVX2 kernels (quant_dispatch.c).
+ * quant_avx512.c - AVX-512 F/BW/VL + VNNI kernels for Q8_0 and Q4_0 against Q8_0 activations:
+ * vec_dot (also the matmul for m < 4: one row at a time streams best from DRAM) and a packed,
+ * register-tiled prefill matmul (4 weight rows x 4 tokens), all on 512-bit registers and
+ * vpdpbusd. Types without an entry here fall through to the AVX2 kernels (quant_dispatch.c),
+ * the float types included (their bits are the AVX2 table's).
+ *
+ * Pair layout: one zmm holds two 32-element blocks, 2p in the even int32 / float lanes and 2p + 1
+ * in the odd ones; lane 2i + h is dword i (elements 4i..4i+3) of block 2p + h. Per output, the
+ * tile and the dot do the same float arithmetic in the same order: for each pair p, 16 exact
+ * int32 lane sums, converted, then acc = fma(s, lanes, acc) with s = (dw_b * dx_b) broadcast to
+ * the lanes of block b (a float product, rounded once); one accumulator from +0, pairs in order;
+ * an odd last block pairs with an empty one (sums 0, scale 0: the lanes are left unchanged);
+ * hsum16 at the end. So matmul gives vec_dot's bits whatever the batch size, token offset or
+ * row split (batch invariance), and only the float order differs from quant_ref.c.
+ *
+ * The integer sums use vpdpbusd (unsigned x signed bytes) with the activations biased to
+ * unsigned (x ^ 0x80 = x + 128) and the weights signed: sum (x + 128) w - 128 sum w. In the
+ * tile the correction -128 sum w (per lane) is computed once per weight block when the rows
+ * are packed, and starts the vpdpbusd accumulation, so it costs nothing per token.
  *
  * Every function carries AF_TARGET_AVX512 (no per-file flags). Selected only when
  * __builtin_cpu_supports reports avx512f, avx512bw, avx512vl and avx512vnni.
@@ -16,6 +32,8 @@
 
 #define AF_TARGET_AVX512                                                                           \
     __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")))
+/* Forces inlining so each caller gets a copy specialised on its constant arguments. */
+#define AF_INLINE inline __attribute__((always_inline))
 
 int quant_avx512_usable(void)
 {
@@ -25,164 +43,377 @@ int quant_avx512_usable(void)
            quant_avx2_usable();
 }
 
-AF_TARGET_AVX512 static inline float hsum8(__m256 v)
+/* The 16 lanes summed in a fixed tree (the tile and the dot share it). */
+AF_TARGET_AVX512 static AF_INLINE float hsum16(__m512 v)
 {
-    __m128 r = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    const __m256 h =
+        _mm256_add_ps(_mm512_castps512_ps256(v),
+                      _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+    __m128 r = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
     r = _mm_add_ps(r, _mm_movehl_ps(r, r));
     r = _mm_add_ss(r, _mm_movehdup_ps(r));
     return _mm_cvtss_f32(r);
 }
 
-AF_TARGET_AVX512 static inline float h2f(uint16_t h)
+/* Dword i of [block 2p | block 2p + 1] (natural order) to lane 2 (i % 8) + i / 8. */
+AF_TARGET_AVX512 static AF_INLINE __m512i to_pair_layout(__m512i v)
 {
-    return _cvtsh_ss(h);
+    const __m512i idx = _mm512_set_epi32(15, 7, 14, 6, 13, 5, 12, 4, 11, 3, 10, 2, 9, 1, 8, 0);
+    return _mm512_permutexvar_epi32(idx, v);
 }
 
-AF_TARGET_AVX512 static inline __m256i load32(const void *p)
+/* Two 32-byte blocks (or one, the upper half zero when `two` is 0), natural order. */
+AF_TARGET_AVX512 static AF_INLINE __m512i load_2x32(const void *p0, const void *p1, int two)
 {
-    return _mm256_loadu_si256((const __m256i *)p);
+    const __m512i lo = _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)p0));
+    if (!two)
+        return _mm512_zextsi256_si512(_mm512_castsi512_si256(lo));
+    return _mm512_inserti64x4(lo, _mm256_loadu_si256((const __m256i *)p1), 1);
 }
 
-AF_TARGET_AVX512 static inline __m256i unpack_q4_0(const uint8_t *qs)
+/* The 32 nibbles of a Q4_0 block as signed bytes in [-8, 7], element order. */
+AF_TARGET_AVX512 static AF_INLINE __m256i unpack_q4_0(const uint8_t *qs)
 {
     const __m128i t = _mm_loadu_si128((const __m128i *)qs);
     const __m256i b = _mm256_set_m128i(_mm_srli_epi16(t, 4), t);
     return _mm256_sub_epi8(_mm256_and_si256(b, _mm256_set1_epi8(0xF)), _mm256_set1_epi8(8));
 }
 
-/* 8 int32 lanes of sum w*x (sign trick, then vpdpbusd). */
-AF_TARGET_AVX512 static inline __m256i dot_i8(__m256i w, __m256i x)
-{
-    return _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_sign_epi8(w, w),
-                               _mm256_sign_epi8(x, w));
-}
-
-AF_TARGET_AVX512 static float dot_f32(int64_t n, const void *w, const void *x)
-{
-    const float *a = w, *b = x;
-    __m512 s0 = _mm512_setzero_ps(), s1 = s0;
-    int64_t i = 0;
-    for (; i + 32 <= n; i += 32) {
-        s0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), s0);
-        s1 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i + 16), _mm512_loadu_ps(b + i + 16), s1);
-    }
-    for (; i + 16 <= n; i += 16)
-        s0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), s0);
-    float s = _mm512_reduce_add_ps(_mm512_add_ps(s0, s1));
-    for (; i < n; i++)
-        s += a[i] * b[i];
-    return s;
-}
-
-AF_TARGET_AVX512 static inline __m256i wblock(uint32_t t, const void *w, int64_t b, float *d)
+/* Weight block b of row w (type t) as 32 signed bytes, and its fp16 scale. */
+AF_TARGET_AVX512 static AF_INLINE __m256i wblock(uint32_t t, const void *w, int64_t b, uint16_t *d)
 {
     if (t == GGML_TYPE_Q8_0) {
         const struct blk_q8_0 *p = (const struct blk_q8_0 *)w + b;
-        *d = h2f(p->d);
-        return load32(p->qs);
+        *d = p->d;
+        return _mm256_loadu_si256((const __m256i *)p->qs);
     }
     const struct blk_q4_0 *p = (const struct blk_q4_0 *)w + b;
-    *d = h2f(p->d);
+    *d = p->d;
     return unpack_q4_0(p->qs);
 }
 
-AF_TARGET_AVX512 static inline float dot_32(uint32_t t, int64_t n, const void *w, const void *x)
+/* -128 * (sum of the 4 bytes of each dword of w): the bias correction of x ^ 0x80. */
+AF_TARGET_AVX512 static AF_INLINE __m512i bias_corr(__m512i w)
 {
-    const struct blk_q8_0 *b = x;
-    __m256 acc = _mm256_setzero_ps();
-    for (int64_t i = 0; i < n / QK; i++) {
-        float dw;
-        const __m256i q = wblock(t, w, i, &dw);
-        const __m256 p = _mm256_cvtepi32_ps(dot_i8(q, load32(b[i].qs)));
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(dw * h2f(b[i].d)), p, acc);
+    const __m512i s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8((char)0x80), w);
+    return _mm512_sub_epi32(_mm512_setzero_si512(), s);
+}
+
+/* (dw0 * dx0, dw1 * dx1) in the even / odd lanes; the products the tile's scale table holds. */
+AF_TARGET_AVX512 static AF_INLINE __m512 pair_scale(uint16_t w0, uint16_t w1, uint16_t x0,
+                                                    uint16_t x1)
+{
+    const __m128 f =
+        _mm_cvtph_ps(_mm_setr_epi16((short)w0, (short)w1, (short)x0, (short)x1, 0, 0, 0, 0));
+    const __m128 s = _mm_mul_ps(f, _mm_movehl_ps(f, f));
+    return _mm512_castpd_ps(_mm512_broadcastsd_pd(_mm_castps_pd(s)));
+}
+
+/* ---- vec_dot: one row against one token ------------------------------------------------ */
+
+/* The integer lanes of the pair starting at block b (`two` blocks or one), pair layout. */
+AF_TARGET_AVX512 static AF_INLINE __m512i dot_pair_i32(uint32_t t, const void *w, const void *x,
+                                                       int64_t b, int two, uint16_t *d)
+{
+    const struct blk_q8_0 *xb = (const struct blk_q8_0 *)x + b;
+    d[1] = 0;
+    const __m256i w0 = wblock(t, w, b, &d[0]);
+    const __m256i w1 = two ? wblock(t, w, b + 1, &d[1]) : _mm256_setzero_si256();
+    const __m512i wv = _mm512_inserti64x4(_mm512_castsi256_si512(w0), w1, 1);
+    const __m512i xu =
+        _mm512_xor_si512(load_2x32(xb[0].qs, xb[1].qs, two), _mm512_set1_epi8((char)0x80));
+    return to_pair_layout(_mm512_dpbusd_epi32(bias_corr(wv), xu, wv));
+}
+
+/* acc + the pair starting at block b (`two` blocks or one). */
+AF_TARGET_AVX512 static AF_INLINE __m512 dot_pair(uint32_t t, const void *w, const void *x,
+                                                  int64_t b, int two, __m512 acc)
+{
+    const struct blk_q8_0 *xb = (const struct blk_q8_0 *)x + b;
+    uint16_t d[2];
+    const __m512 p = _mm512_cvtepi32_ps(dot_pair_i32(t, w, x, b, two, d));
+    return _mm512_fmadd_ps(pair_scale(d[0], d[1], xb[0].d, two ? xb[1].d : 0), p, acc);
+}
+
+/* The fp16 scales of blocks b .. b + 3 as floats, picked out of the blocks with word permutes
+ * (they sit at even offsets: 34 bytes apart in Q8_0, 18 in Q4_0). */
+AF_TARGET_AVX512 static AF_INLINE __m128 scales4(uint32_t t, const void *row, int64_t b)
+{
+    if (t == GGML_TYPE_Q8_0) {
+        const uint8_t *p = (const uint8_t *)((const struct blk_q8_0 *)row + b);
+        const __m512i i8 = _mm512_set_epi16(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+                                            0, 0, 0, 0, 0, 0, 0, 0, 0, 51, 34, 17, 0);
+        const __m512i d =
+            _mm512_permutex2var_epi16(_mm512_loadu_si512(p), i8, _mm512_loadu_si512(p + 64));
+        return _mm_cvtph_ps(_mm512_castsi512_si128(d));
     }
-    return hsum8(acc);
+    const uint8_t *p = (const uint8_t *)((const struct blk_q4_0 *)row + b);
+    const __m512i i4 = _mm512_set_epi16(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+                                        0, 0, 0, 0, 0, 0, 0, 0, 27, 18, 9, 0);
+    return _mm_cvtph_ps(
+        _mm512_castsi512_si128(_mm512_permutexvar_epi16(i4, _mm512_loadu_si512(p))));
+}
+
+/* (s0, s1) of v in the even / odd lanes. */
+AF_TARGET_AVX512 static AF_INLINE __m512 bcast_pair(__m128 v)
+{
+    return _mm512_castpd_ps(_mm512_broadcastsd_pd(_mm_castps_pd(v)));
+}
+
+/* Blocks b .. b + 3 of row w against the token's biased pairs xu[2] and float scales dx: two
+ * pairs into acc. */
+AF_TARGET_AVX512 static AF_INLINE __m512 dot4_w(uint32_t t, const void *w, int64_t b,
+                                                const __m512i xu[2], __m128 dx, __m512 acc)
+{
+    const __m128 s = _mm_mul_ps(scales4(t, w, b), dx);
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; h++) {
+        uint16_t d;
+        const __m256i w0 = wblock(t, w, b + 2 * h, &d);
+        const __m256i w1 = wblock(t, w, b + 2 * h + 1, &d);
+        const __m512i wv = _mm512_inserti64x4(_mm512_castsi256_si512(w0), w1, 1);
+        const __m512i p = to_pair_layout(_mm512_dpbusd_epi32(bias_corr(wv), xu[h], wv));
+        acc = _mm512_fmadd_ps(bcast_pair(h ? _mm_movehl_ps(s, s) : s), _mm512_cvtepi32_ps(p), acc);
+    }
+    return acc;
+}
+
+AF_TARGET_AVX512 static AF_INLINE float dot_t(uint32_t t, int64_t n, const void *w, const void *x)
+{
+    const struct blk_q8_0 *xb = x;
+    const int64_t nb = n / QK;
+    __m512 acc = _mm512_setzero_ps();
+    int64_t b = 0;
+    for (; b + 4 <= nb; b += 4) {
+        __m512i xu[2];
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++)
+            xu[h] = _mm512_xor_si512(load_2x32(xb[b + 2 * h].qs, xb[b + 2 * h + 1].qs, 1),
+                                     _mm512_set1_epi8((char)0x80));
+        acc = dot4_w(t, w, b, xu, scales4(GGML_TYPE_Q8_0, x, b), acc);
+    }
+    for (; b + 2 <= nb; b += 2)
+        acc = dot_pair(t, w, x, b, 1, acc);
+    if (b < nb)
+        acc = dot_pair(t, w, x, b, 0, acc);
+    return hsum16(acc);
 }
 
 AF_TARGET_AVX512 static float dot_q8_0(int64_t n, const void *w, const void *x)
 {
-    return dot_32(GGML_TYPE_Q8_0, n, w, x);
+    return dot_t(GGML_TYPE_Q8_0, n, w, x);
 }
 
 AF_TARGET_AVX512 static float dot_q4_0(int64_t n, const void *w, const void *x)
 {
-    return dot_32(GGML_TYPE_Q4_0, n, w, x);
+    return dot_t(GGML_TYPE_Q4_0, n, w, x);
 }
 
-AF_TARGET_AVX512 static inline void tile_2x4(uint32_t t, const uint8_t *w0, const uint8_t *w1,
-                                             int64_t nb, const uint8_t *x, size_t xbytes, float *o0,
-                                             float *o1, int64_t ldo)
+/* ---- packed prefill matmul ---------------------------------------------------------------
+ * For each chunk of up to T_TC tokens (their fp16 scales gathered once), each group of T_R
+ * weight rows and each k-chunk of T_KC blocks: the rows are packed (pair layout, signed bytes,
+ * bias corrections, fp16 scales), then every group of T_C tokens runs a register tile over the
+ * k-chunk, its R x C scale products computed 16 blocks at a time beforehand (one vmulps for 16
+ * blocks, the products then broadcast two at a time from memory). Per (row, token, pair) the
+ * tile's inner step is vpdpbusd (from the row's correction), vcvtdq2ps and one FMA; the
+ * token's pair is permuted to the pair layout and biased once for the 4 rows. Accumulators are
+ * parked in memory between k-chunks (an exact store / reload). Scratch: ~70 KiB of stack. */
+
+#ifndef T_R
+#define T_R 4
+#endif
+#ifndef T_C
+#define T_C 4
+#endif
+#ifndef T_KC
+#define T_KC 64 /* blocks per k-chunk (even): the packed rows (16 KiB) stay in L1 */
+#endif
+#define T_DX 16384 /* activation scales per token chunk (fp16, 32 KiB) */
+#define T_TC 64    /* tokens per chunk */
+
+struct t_scratch {
+    __m512i w[T_KC / 2][T_R];       /* pair layout, signed */
+    __m512i corr[T_KC / 2][T_R];    /* bias_corr of w */
+    uint16_t dw[T_R][T_KC];         /* fp16 scales (0 for the empty half of a last pair) */
+    float sc[T_R * T_C][T_KC + 16]; /* sc[r * T_C + c][b] = dw[r][b] * dx[c][b]; 0 past kc */
+    uint16_t dx[T_DX];              /* fp16 scales [token][block] of the chunk */
+    __m512 park[T_TC][T_R];
+};
+
+/* nr rows of w (wbytes apart), blocks [kb0, kb0 + kc) of nb, into s. */
+AF_TARGET_AVX512 static AF_INLINE void t_pack(uint32_t t, int nr, const uint8_t *w, size_t wbytes,
+                                              int64_t kb0, int64_t kc, struct t_scratch *s)
 {
-    __m256 acc[2][4];
-    for (int r = 0; r < 2; r++)
-        for (int c = 0; c < 4; c++)
-            acc[r][c] = _mm256_setzero_ps();
-    for (int64_t b = 0; b < nb; b++) {
-        float dw[2];
-        __m256i q[2], aq[2];
-        q[0] = wblock(t, w0, b, &dw[0]);
-        q[1] = wblock(t, w1, b, &dw[1]);
-        aq[0] = _mm256_sign_epi8(q[0], q[0]);
-        aq[1] = _mm256_sign_epi8(q[1], q[1]);
-        for (int c = 0; c < 4; c++) {
-            const struct blk_q8_0 *xb = (const struct blk_q8_0 *)(x + (size_t)c * xbytes) + b;
-            const __m256i y = load32(xb->qs);
-            const float dx = h2f(xb->d);
-            for (int r = 0; r < 2; r++) {
-                const __m256i p =
-                    _mm256_dpbusd_epi32(_mm256_setzero_si256(), aq[r], _mm256_sign_epi8(y, q[r]));
-                acc[r][c] =
-                    _mm256_fmadd_ps(_mm256_set1_ps(dw[r] * dx), _mm256_cvtepi32_ps(p), acc[r][c]);
-            }
+    for (int r = 0; r < nr; r++) {
+        const uint8_t *wr = w + (size_t)r * wbytes;
+        for (int64_t b = 0; b < kc; b += 2) {
+            const int two = b + 1 < kc;
+            uint16_t d0, d1 = 0;
+            const __m256i w0 = wblock(t, wr, kb0 + b, &d0);
+            const __m256i w1 = two ? wblock(t, wr, kb0 + b + 1, &d1) : _mm256_setzero_si256();
+            const __m512i v = to_pair_layout(_mm512_inserti64x4(_mm512_castsi256_si512(w0), w1, 1));
+            s->w[b / 2][r] = v;
+            s->corr[b / 2][r] = bias_corr(v);
+            s->dw[r][b] = d0;
+            s->dw[r][b + 1] = d1;
         }
     }
-    for (int c = 0; c < 4; c++) {
-        o0[c * ldo] = hsum8(acc[0][c]);
-        o1[c * ldo] = hsum8(acc[1][c]);
+}
+
+/* One step of the tile: the pair p of the chunk (x: the tokens' block kb0 + 2p). */
+AF_TARGET_AVX512 static AF_INLINE void t_step(int nr, int nc, int two, const struct t_scratch *s,
+                                              int64_t p, const uint8_t *x, size_t xbytes,
+                                              __m512 acc[T_R][T_C])
+{
+    __m512i xv[T_C];
+#pragma GCC unroll 8
+    for (int c = 0; c < nc; c++) {
+        const struct blk_q8_0 *xb = (const struct blk_q8_0 *)(x + (size_t)c * xbytes);
+        xv[c] = _mm512_xor_si512(to_pair_layout(load_2x32(xb[0].qs, xb[1].qs, two)),
+                                 _mm512_set1_epi8((char)0x80));
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < nr; r++) {
+        const __m512i w = s->w[p][r], corr = s->corr[p][r];
+#pragma GCC unroll 8
+        for (int c = 0; c < nc; c++) {
+            const __m512i q = _mm512_dpbusd_epi32(corr, xv[c], w);
+            double sp;
+            memcpy(&sp, &s->sc[r * T_C + c][2 * p], sizeof sp);
+            acc[r][c] = _mm512_fmadd_ps(_mm512_castpd_ps(_mm512_set1_pd(sp)), _mm512_cvtepi32_ps(q),
+                                        acc[r][c]);
+        }
     }
 }
 
-AF_TARGET_AVX512 static void matmul_32(uint32_t t, quant_vec_dot_fn dot, const void *W,
-                                       size_t wbytes, int64_t k, const void *X, size_t xbytes,
-                                       int64_t m, float *out, int64_t ldo, int64_t r0, int64_t r1)
+/* The tile's scale products sc[r * T_C + c][b] for b in [0, kc), 16 at a time; 0 past kc. */
+AF_TARGET_AVX512 static AF_INLINE void t_scales(int nr, int nc, struct t_scratch *s, int64_t kb0,
+                                                int64_t kc, int64_t nb, const uint16_t *dx)
 {
-    const uint8_t *Wb = W, *Xb = X;
+    for (int64_t b = 0; b < kc; b += 16) {
+        const __mmask16 k = (__mmask16)(kc - b >= 16 ? 0xFFFF : (1u << (kc - b)) - 1);
+        __m512 dxv[T_C];
+#pragma GCC unroll 8
+        for (int c = 0; c < nc; c++)
+            dxv[c] = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(k, dx + c * nb + kb0 + b));
+#pragma GCC unroll 8
+        for (int r = 0; r < nr; r++) {
+            const __m512 dwv = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(k, &s->dw[r][b]));
+#pragma GCC unroll 8
+            for (int c = 0; c < nc; c++)
+                _mm512_storeu_ps(&s->sc[r * T_C + c][b], _mm512_mul_ps(dwv, dxv[c]));
+        }
+    }
+}
+
+/* nr packed rows x nc tokens (x: the first token's row; dx: its fp16 scales, nb apart) over
+ * blocks [kb0, kb0 + kc) of nb; park: the tokens' parking slots; first / last: the k-chunk's
+ * position. */
+AF_TARGET_AVX512 static AF_INLINE void t_tile(int nr, int nc, struct t_scratch *s, int64_t kb0,
+                                              int64_t kc, int64_t nb, const uint8_t *x,
+                                              size_t xbytes, const uint16_t *dx,
+                                              __m512 (*park)[T_R], int first, int last, float *out,
+                                              int64_t ldo)
+{
+    t_scales(nr, nc, s, kb0, kc, nb, dx);
+    __m512 acc[T_R][T_C];
+#pragma GCC unroll 8
+    for (int r = 0; r < nr; r++)
+#pragma GCC unroll 8
+        for (int c = 0; c < nc; c++)
+            acc[r][c] = first ? _mm512_setzero_ps() : park[c][r];
+    const uint8_t *xb = x + (size_t)kb0 * sizeof(struct blk_q8_0);
+    int64_t p = 0;
+    for (; 2 * p + 2 <= kc; p++, xb += 2 * sizeof(struct blk_q8_0))
+        t_step(nr, nc, 1, s, p, xb, xbytes, acc);
+    if (2 * p < kc)
+        t_step(nr, nc, 0, s, p, xb, xbytes, acc);
+#pragma GCC unroll 8
+    for (int r = 0; r < nr; r++)
+#pragma GCC unroll 8
+        for (int c = 0; c < nc; c++) {
+            if (last)
+                out[c * ldo + r] = hsum16(acc[r][c]);
+            else
+                park[c][r] = acc[r][c];
+        }
+}
+
+/* Every token of the chunk (tc of them) against nr packed rows. */
+AF_TARGET_AVX512 static AF_INLINE void t_groups(int nr, struct t_scratch *s, int64_t kb0,
+                                                int64_t kc, int64_t nb, const uint8_t *x,
+                                                size_t xbytes, int64_t tc, int first, int last,
+                                                float *out, int64_t ldo)
+{
+    int64_t c = 0;
+    for (; c + T_C <= tc; c += T_C)
+        t_tile(nr, T_C, s, kb0, kc, nb, x + (size_t)c * xbytes, xbytes, s->dx + c * nb, s->park + c,
+               first, last, out + c * ldo, ldo);
+    for (; c < tc; c++)
+        t_tile(nr, 1, s, kb0, kc, nb, x + (size_t)c * xbytes, xbytes, s->dx + c * nb, s->park + c,
+               first, last, out + c * ldo, ldo);
+}
+
+AF_TARGET_AVX512 static AF_INLINE void matmul_t(uint32_t t, const void *W, size_t wbytes, int64_t k,
+                                                const void *X, size_t xbytes, int64_t m, float *out,
+                                                int64_t ldo, int64_t r0, int64_t r1)
+{
     const int64_t nb = k / QK;
-    const int64_t mt = m >= 4 ? m - m % 4 : 0;
-    int64_t r = r0;
-    for (; mt > 0 && r + 2 <= r1; r += 2) {
-        const uint8_t *w0 = Wb + (size_t)r * wbytes, *w1 = w0 + wbytes;
-        for (int64_t j = 0; j < mt; j += 4)
-            tile_2x4(t, w0, w1, nb, Xb + (size_t)j * xbytes, xbytes, out + j * ldo + r,
-                     out + j * ldo + r + 1, ldo);
-        for (int64_t j = mt; j < m; j++) {
-            out[j * ldo + r] = dot(k, w0, Xb + (size_t)j * xbytes);
-            out[j * ldo + r + 1] = dot(k, w1, Xb + (size_t)j * xbytes);
+    int64_t tcmax = nb > 0 ? T_DX / nb : 0;
+    tcmax = tcmax > T_TC ? T_TC : tcmax;
+    if (m < T_C || tcmax < T_C) { /* decode, or rows too long for the scale buffer */
+        quant_matmul_loop(t == GGML_TYPE_Q8_0 ? dot_q8_0 : dot_q4_0, W, wbytes, k, X, xbytes, m,
+                          out, ldo, r0, r1);
+        return;
+    }
+    struct t_scratch s;
+    const uint8_t *Wb = W, *Xb = X;
+    for (int64_t j0 = 0; j0 < m; j0 += tcmax) {
+        const int64_t tc = m - j0 < tcmax ? m - j0 : tcmax;
+        const uint8_t *x = Xb + (size_t)j0 * xbytes;
+        for (int64_t c = 0; c < tc; c++) {
+            const struct blk_q8_0 *xr = (const struct blk_q8_0 *)(x + (size_t)c * xbytes);
+            for (int64_t b = 0; b < nb; b++)
+                s.dx[c * nb + b] = xr[b].d;
+        }
+        for (int64_t r = r0; r < r1;) {
+            const int nr = r1 - r < T_R ? 1 : T_R;
+            const uint8_t *w = Wb + (size_t)r * wbytes;
+            float *o = out + j0 * ldo + r;
+            for (int64_t kb0 = 0; kb0 < nb; kb0 += T_KC) {
+                const int64_t kc = nb - kb0 < T_KC ? nb - kb0 : T_KC;
+                const int first = kb0 == 0, last = kb0 + kc == nb;
+                if (nr == T_R) {
+                    t_pack(t, T_R, w, wbytes, kb0, kc, &s);
+                    t_groups(T_R, &s, kb0, kc, nb, x, xbytes, tc, first, last, o, ldo);
+                } else {
+                    t_pack(t, 1, w, wbytes, kb0, kc, &s);
+                    t_groups(1, &s, kb0, kc, nb, x, xbytes, tc, first, last, o, ldo);
+                }
+            }
+            r += nr;
         }
     }
-    if (r < r1)
-        quant_matmul_loop(dot, W, wbytes, k, X, xbytes, m, out, ldo, r, r1);
 }
 
 AF_TARGET_AVX512 static void matmul_q8_0(const void *W, size_t wbytes, int64_t k, const void *X,
                                          size_t xbytes, int64_t m, float *out, int64_t ldo,
                                          int64_t r0, int64_t r1)
 {
-    matmul_32(GGML_TYPE_Q8_0, dot_q8_0, W, wbytes, k, X, xbytes, m, out, ldo, r0, r1);
+    matmul_t(GGML_TYPE_Q8_0, W, wbytes, k, X, xbytes, m, out, ldo, r0, r1);
 }
 
 AF_TARGET_AVX512 static void matmul_q4_0(const void *W, size_t wbytes, int64_t k, const void *X,
                                          size_t xbytes, int64_t m, float *out, int64_t ldo,
                                          int64_t r0, int64_t r1)
 {
-    matmul_32(GGML_TYPE_Q4_0, dot_q4_0, W, wbytes, k, X, xbytes, m, out, ldo, r0, r1);
+    matmul_t(GGML_TYPE_Q4_0, W, wbytes, k, X, xbytes, m, out, ldo, r0, r1);
 }
 
 const struct quant_kernels quant_kernels_avx512 = {
     .name = "avx512",
     .vec_dot =
         {
-            [GGML_TYPE_F32] = dot_f32,
             [GGML_TYPE_Q4_0] = dot_q4_0,
             [GGML_TYPE_Q8_0] = dot_q8_0,
         },

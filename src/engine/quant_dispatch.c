@@ -33,15 +33,15 @@ static void merge(const struct quant_kernels *const *layers, int n)
 static int select_isa(const char *name)
 {
     const struct quant_kernels *layers[2] = {&quant_kernels_avx2, &quant_kernels_avx512};
-    /* auto takes AVX2 even where AVX-512 VNNI runs: on the first AVX-512 CPU measured (Zen 5,
-     * bench/quant, one thread) the AVX-512 table's kernels were all slower than the AVX2 ones
-     * (F32 m=64 42 vs 98 GFLOP/s, Q8_0 85 vs 113, Q4_0 78 vs 113; decode no faster), and its
-     * F32 dot hid the AVX2 float prefill. AGENTFLOW_ISA=avx512 still selects them. */
+    /* auto takes the best table the CPU runs. The AVX-512 table holds only Q8_0 and Q4_0: on
+     * Zen 5 (bench/quant, one thread, docs/PERFORMANCE.md) its prefill is about 2.2x the AVX2
+     * tiles' and its decode no slower; every other type, the float ones included, falls
+     * through to the AVX2 kernels, so their bits do not depend on AVX-512. */
     if (!strcmp(name, "auto")) {
-        if (quant_avx2_usable())
-            name = "avx2";
-        else if (quant_avx512_usable())
+        if (quant_avx512_usable())
             name = "avx512";
+        else if (quant_avx2_usable())
+            name = "avx2";
         else
             name = "ref";
     }
