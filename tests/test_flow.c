@@ -491,6 +491,41 @@ static void test_wall_clock_out_of_memory(void **state)
     rmdir(dir);
 }
 
+/* One solve of "What is 6 times 7?" on a tiny random in-process model (seed 3) in every slot,
+ * with the Generalist tool, `draft_max` prompt-lookup drafts, `max_steps` turns and replies
+ * of at most `max_tokens`; returns the result's JSON (owned by the caller). */
+static json_t *solve_in_process(int draft_max, int max_steps, int max_tokens)
+{
+    char err[1024], path[256];
+    snprintf(path, sizeof path, "/tmp/af_test_flow_inproc_%d.gguf", (int)getpid());
+    struct af_engine_random_params rp = {"qwen2", "tiny", "F32", 3, NULL};
+    assert_int_equal(af_engine_make_random(&rp, path, err, sizeof err), 0);
+    struct af_engine_params ep = af_engine_default_params();
+    ep.n_threads = 2;
+    ep.draft_max = draft_max;
+    struct af_llm *llm = af_llm_gguf_new(path, &ep, err, sizeof err);
+    assert_non_null(llm);
+    struct af_tool_registry *reg = af_tool_registry_new();
+    assert_int_equal(af_tool_registry_add_builtins(reg, "Generalist_Solution_Generator_Tool", NULL,
+                                                   err, sizeof err),
+                     AF_OK);
+    struct af_flow_params p = af_flow_default_params();
+    p.max_steps = max_steps;
+    p.tools = reg;
+    for (int i = 0; i < AF_N_SLOTS; i++) {
+        p.slots[i].llm = llm;
+        p.slots[i].sampling.max_tokens = max_tokens;
+    }
+    struct af_flow_result res;
+    assert_int_equal(af_flow_solve(&p, NULL, "What is 6 times 7?", &res), AF_OK);
+    json_t *j = af_flow_result_json(&res);
+    af_flow_result_deinit(&res);
+    af_tool_registry_free(reg);
+    af_llm_free(llm);
+    unlink(path);
+    return j;
+}
+
 /* The compiled-in templates share their long head (query, tools, cards, analysis, memory), so
  * on the in-process engine most of a solve's prompt tokens come from the prefix cache: at least
  * half on a 3-step solve, reported per module and in the result's prefix_reuse. A tiny random
@@ -499,28 +534,7 @@ static void test_wall_clock_out_of_memory(void **state)
 static void test_prefix_reuse_in_process(void **state)
 {
     (void)state;
-    char err[1024], path[256];
-    snprintf(path, sizeof path, "/tmp/af_test_flow_reuse_%d.gguf", (int)getpid());
-    struct af_engine_random_params rp = {"qwen2", "tiny", "F32", 3, NULL};
-    assert_int_equal(af_engine_make_random(&rp, path, err, sizeof err), 0);
-    struct af_engine_params ep = af_engine_default_params();
-    ep.n_threads = 2;
-    struct af_llm *llm = af_llm_gguf_new(path, &ep, err, sizeof err);
-    assert_non_null(llm);
-    struct af_tool_registry *reg = af_tool_registry_new();
-    assert_int_equal(af_tool_registry_add_builtins(reg, "Generalist_Solution_Generator_Tool", NULL,
-                                                   err, sizeof err),
-                     AF_OK);
-    struct af_flow_params p = af_flow_default_params();
-    p.max_steps = 3;
-    p.tools = reg;
-    for (int i = 0; i < AF_N_SLOTS; i++) {
-        p.slots[i].llm = llm;
-        p.slots[i].sampling.max_tokens = 12;
-    }
-    struct af_flow_result res;
-    assert_int_equal(af_flow_solve(&p, NULL, "What is 6 times 7?", &res), AF_OK);
-    json_t *j = af_flow_result_json(&res);
+    json_t *j = solve_in_process(0, 3, 12);
     const json_t *pr = json_object_get(j, "prefix_reuse");
     const double frac = json_number_value(json_object_get(pr, "fraction"));
     fprintf(stderr, "prefix reuse on a 3-step solve: %.3f of %lld prompt tokens\n", frac,
@@ -534,10 +548,6 @@ static void test_prefix_reuse_in_process(void **state)
     }
     assert_true(json_is_null(json_object_get(j, "drafts")));
     json_decref(j);
-    af_flow_result_deinit(&res);
-    af_tool_registry_free(reg);
-    af_llm_free(llm);
-    unlink(path);
 }
 
 /* With prompt-lookup drafts on, every in-process call reports what it guessed and kept, per
@@ -545,29 +555,7 @@ static void test_prefix_reuse_in_process(void **state)
 static void test_drafts_reported(void **state)
 {
     (void)state;
-    char err[1024], path[256];
-    snprintf(path, sizeof path, "/tmp/af_test_flow_drafts_%d.gguf", (int)getpid());
-    struct af_engine_random_params rp = {"qwen2", "tiny", "F32", 3, NULL};
-    assert_int_equal(af_engine_make_random(&rp, path, err, sizeof err), 0);
-    struct af_engine_params ep = af_engine_default_params();
-    ep.n_threads = 2;
-    ep.draft_max = 8;
-    struct af_llm *llm = af_llm_gguf_new(path, &ep, err, sizeof err);
-    assert_non_null(llm);
-    struct af_tool_registry *reg = af_tool_registry_new();
-    assert_int_equal(af_tool_registry_add_builtins(reg, "Generalist_Solution_Generator_Tool", NULL,
-                                                   err, sizeof err),
-                     AF_OK);
-    struct af_flow_params p = af_flow_default_params();
-    p.max_steps = 2;
-    p.tools = reg;
-    for (int i = 0; i < AF_N_SLOTS; i++) {
-        p.slots[i].llm = llm;
-        p.slots[i].sampling.max_tokens = 24;
-    }
-    struct af_flow_result res;
-    assert_int_equal(af_flow_solve(&p, NULL, "What is 6 times 7?", &res), AF_OK);
-    json_t *j = af_flow_result_json(&res);
+    json_t *j = solve_in_process(8, 2, 24);
     json_int_t tried = 0, kept = 0;
     const char *mod;
     json_t *u;
@@ -587,10 +575,6 @@ static void test_drafts_reported(void **state)
     const double acc = json_number_value(json_object_get(dr, "acceptance"));
     assert_true(acc >= 0 && acc <= 1);
     json_decref(j);
-    af_flow_result_deinit(&res);
-    af_tool_registry_free(reg);
-    af_llm_free(llm);
-    unlink(path);
 }
 
 int main(void)

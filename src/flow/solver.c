@@ -455,51 +455,28 @@ static int run_step(struct solve_ctx *c, int *stop)
     return rc;
 }
 
-/* Prompt tokens served from a prefix cache over all of a solve's calls whose back-end says
- * (the in-process engine does): {prompt_tokens, cached_tokens, fraction}, or null when none
- * says. */
-static json_t *prefix_reuse_json(const json_t *usage)
+/* Sums usage[*][part] and usage[*][whole] over a solve's modules that report `part` (the
+ * back-ends that say), as {whole, part, ratio: part / whole}, or null when none does. */
+static json_t *usage_ratio_json(const json_t *usage, const char *whole, const char *part,
+                                const char *ratio)
 {
-    json_int_t prompt = 0, cached = 0;
+    json_int_t n_whole = 0, n_part = 0;
     int any = 0;
     const char *mod;
     json_t *u;
     json_object_foreach((json_t *)(uintptr_t)usage, mod, u)
     {
-        const json_t *ct = json_object_get(u, "cached_tokens");
-        if (!json_is_integer(ct))
+        const json_t *p = json_object_get(u, part);
+        if (!json_is_integer(p))
             continue;
         any = 1;
-        cached += json_integer_value(ct);
-        prompt += json_integer_value(json_object_get(u, "prompt_tokens"));
+        n_part += json_integer_value(p);
+        n_whole += json_integer_value(json_object_get(u, whole));
     }
     if (!any)
         return json_null();
-    return json_pack("{s:I,s:I,s:f}", "prompt_tokens", prompt, "cached_tokens", cached, "fraction",
-                     prompt > 0 ? (double)cached / (double)prompt : 0.0);
-}
-
-/* Prompt-lookup drafts over a solve's calls that drafted: {draft_tokens, draft_accepted,
- * acceptance}, or null when none did. */
-static json_t *drafts_json(const json_t *usage)
-{
-    json_int_t drafted = 0, kept = 0;
-    int any = 0;
-    const char *mod;
-    json_t *u;
-    json_object_foreach((json_t *)(uintptr_t)usage, mod, u)
-    {
-        const json_t *d = json_object_get(u, "draft_tokens");
-        if (!json_is_integer(d))
-            continue;
-        any = 1;
-        drafted += json_integer_value(d);
-        kept += json_integer_value(json_object_get(u, "draft_accepted"));
-    }
-    if (!any)
-        return json_null();
-    return json_pack("{s:I,s:I,s:f}", "draft_tokens", drafted, "draft_accepted", kept, "acceptance",
-                     drafted > 0 ? (double)kept / (double)drafted : 0.0);
+    return json_pack("{s:I,s:I,s:f}", whole, n_whole, part, n_part, ratio,
+                     n_whole > 0 ? (double)n_part / (double)n_whole : 0.0);
 }
 
 json_t *af_flow_result_json(const struct af_flow_result *r)
@@ -515,8 +492,10 @@ json_t *af_flow_result_json(const struct af_flow_result *r)
     json_object_set_new(j, "steps", json_integer(r->steps));
     json_object_set(j, "memory", r->memory ? r->memory : json_null());
     json_object_set(j, "usage", r->usage ? r->usage : json_null());
-    json_object_set_new(j, "prefix_reuse", prefix_reuse_json(r->usage));
-    json_object_set_new(j, "drafts", drafts_json(r->usage));
+    json_object_set_new(j, "prefix_reuse",
+                        usage_ratio_json(r->usage, "prompt_tokens", "cached_tokens", "fraction"));
+    json_object_set_new(j, "drafts",
+                        usage_ratio_json(r->usage, "draft_tokens", "draft_accepted", "acceptance"));
     json_object_set(j, "timings", r->timings ? r->timings : json_null());
     json_object_set_new(j, "error", r->err ? af_json_text(r->errmsg) : json_null());
     return j;
