@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""repro_summary.py RUN "SEEDS" - the markdown tables of docs/REPRODUCTION.md from the folder
+"""repro_summary.py RUN "SEEDS" [FAMS] - the markdown tables of docs/REPRODUCTION.md from the folder
 that scripts/reproduce.sh fills: accuracy of (a), (b), (c) as mean +- std over the seeds, turns
 per --max-steps, the GRPO curves and tool mix per step, and a case study."""
 import json
@@ -8,7 +8,7 @@ import statistics
 import sys
 
 R, SEEDS = sys.argv[1], sys.argv[2].split()
-FAMS = ["world-lookup", "world-multihop"]
+FAMS = (sys.argv[3] if len(sys.argv) > 3 else "world-lookup,world-multihop").split(",")
 
 
 def summary(name):

@@ -7,7 +7,7 @@
 #   (c) offline SFT: (a) plus SFT of the planner on noisy expert traces of the same questions.
 #
 # (b) and (c) start from (a) and see the same questions (the first NQ of the validation split
-# of world-lookup and world-multihop, which the SFT traces never used), as in the paper, where
+# of each of TRAIN_FAMS, which the SFT traces never used), as in the paper, where
 # both start from the same instruct model. Each is run for every seed in SEEDS; only the
 # planner slot gets the new weights. Every figure is `eval run` on the test split.
 # Also: turns at --max-steps 3, 5, 7, 10 for (a) and the first (b) (the paper's Fig. 10), tool
@@ -15,17 +15,21 @@
 # study (one test question before and after GRPO). The tables go to $R/summary.md.
 #
 # Steps whose output exists are skipped, so a stopped run continues where it stopped.
-# Settings (environment): AF, BASE (the F32 model of make-model.sh's SFT: phase 2's, else
-# phase 1's), WORLD (seed 1),
-# REPRO_BUILD (work folder), SEEDS, NQ, GRPO_STEPS, GRPO_BATCH, GROUP, TEMP, LR, NOISE, LIMIT
-# (test questions per family), THREADS.
+# Settings (environment): AF, BASE (the F32 model of make-model.sh's last SFT phase), WORLD
+# (seed 1), REPRO_BUILD (work folder), FAMS, TRAIN_FAMS, SEEDS, NQ, GRPO_STEPS, GRPO_BATCH, GROUP,
+# TEMP, LR, NOISE, LIMIT (test questions per family), THREADS.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
 AF=${AF:-./build/agentflow}
 MB=${MODEL_BUILD:-build/model}
-BASE=${BASE:-$MB/sft2/model.gguf}
-[ -f "$BASE" ] || [ ! -f "$MB/sft/model.gguf" ] || BASE=$MB/sft/model.gguf
+# The last SFT phase that make-model.sh finished (phases 3 and 4 are optional there).
+if [ -z "${BASE:-}" ]; then
+    for p in sft4 sft3 sft2 sft; do
+        BASE=$MB/$p/model.gguf
+        [ -f "$BASE" ] && break
+    done
+fi
 WORLD=${WORLD:-$MB/world}
 R=${REPRO_BUILD:-build/repro}
 SEEDS=${SEEDS:-1 2 3}
@@ -39,7 +43,12 @@ NOISE=${NOISE:-0.5}
 LIMIT=${LIMIT:-40}
 THREADS=${THREADS:-2}
 TOOLS=Wikipedia_RAG_Search_Tool,Python_Code_Generator_Tool,Generalist_Solution_Generator_Tool
-FAMS=world-lookup,world-multihop
+# FAMS: the families whose test split is scored. TRAIN_FAMS: those whose validation questions
+# (b) and (c) learn from. world-calc is where the planner's own errors are (the numbers it copies
+# into a sub-goal); a one-hop lookup's failures are the verifier's and the generator's copies,
+# which no planner training can fix, so its rollout groups are all alike and teach nothing.
+FAMS=${FAMS:-world-calc,world-lookup,world-multihop}
+TRAIN_FAMS=${TRAIN_FAMS:-world-calc,world-multihop}
 say() { printf '[reproduce %s] %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
 
 [ -f "$BASE" ] || { echo "reproduce.sh: $BASE is missing (make model, or set BASE)" >&2; exit 4; }
@@ -53,14 +62,20 @@ WORLD=$(realpath "$WORLD")
 # A reply the expert writes is under 150 tokens; the cap bounds one that rambles.
 echo '{"max_tokens": 256}' >"$R/cap.json"
 
-# The questions of (b) and (c): lookups and multi-hops alternately; the next 16 of each family
-# are (b)'s validation set.
+# The questions of (b) and (c): the first NQ of each family's validation split, the families
+# interleaved; the next 16 of each are (b)'s validation set.
 if [ ! -f "$R/train.jsonl" ]; then
     V=$WORLD/benchmarks
-    paste -d '\n' <(head -n "$NQ" "$V/world-lookup/val.jsonl") \
-        <(head -n "$NQ" "$V/world-multihop/val.jsonl") >"$R/train.jsonl"
-    paste -d '\n' <(sed -n "$((NQ + 1)),$((NQ + 16))p" "$V/world-lookup/val.jsonl") \
-        <(sed -n "$((NQ + 1)),$((NQ + 16))p" "$V/world-multihop/val.jsonl") >"$R/val.jsonl"
+    train=() val=()
+    for f in ${TRAIN_FAMS//,/ }; do
+        head -n "$NQ" "$V/$f/val.jsonl" >"$R/q-$f.train"
+        sed -n "$((NQ + 1)),$((NQ + 16))p" "$V/$f/val.jsonl" >"$R/q-$f.val"
+        train+=("$R/q-$f.train") val+=("$R/q-$f.val")
+    done
+    paste -d '\n' "${val[@]}" >"$R/val.jsonl"
+    paste -d '\n' "${train[@]}" >"$R/train.jsonl.tmp"
+    mv "$R/train.jsonl.tmp" "$R/train.jsonl"
+    rm -f "${train[@]}" "${val[@]}"
 fi
 
 # evaluate NAME PLANNER [MAX_STEPS]: the test split, every slot on BASE but the planner.
@@ -91,7 +106,7 @@ for s in $SEEDS; do
 
     if [ ! -f "$R/osft-$s/model.gguf" ]; then
         say "(c) offline SFT, seed $s: noisy traces (noise $NOISE) of the same questions"
-        $AF world traces --world "$WORLD" --split val --bench "$FAMS" --limit "$NQ" \
+        $AF world traces --world "$WORLD" --split val --bench "$TRAIN_FAMS" --limit "$NQ" \
             --noise "$NOISE" --seed "$s" --prompts compact --out "$R/noisy-$s.jsonl" \
             --concurrency "$THREADS"
         n=$(wc -l <"$R/noisy-$s.planner.jsonl")
@@ -109,5 +124,5 @@ for m in 3 5 7; do
 done
 
 say "summary: $R/summary.md"
-python3 scripts/repro_summary.py "$R" "$SEEDS" >"$R/summary.md"
+python3 scripts/repro_summary.py "$R" "$SEEDS" "$FAMS" >"$R/summary.md"
 cat "$R/summary.md"

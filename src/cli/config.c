@@ -118,6 +118,8 @@ static int apply_slot_key(struct slot_cfg *s, const char *k, const json_t *v, co
                       : !strcmp(k, "stall_timeout_s")   ? &s->stall_timeout_s
                                                         : &s->connect_timeout_s;
         *dst = d;
+        if (dst == &s->sampling.temperature)
+            s->temperature_set = 1;
     } else if (!strcmp(k, "max_tokens") || !strcmp(k, "max_retries")) {
         if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > 1000000)
             return bad(err, errlen, origin, k, "a non-negative integer");

@@ -24,6 +24,7 @@ struct slot_cfg {
     double connect_timeout_s;
     double stall_timeout_s; /* a reply that begins then stalls this long fails; 0 = no check */
     int max_retries;
+    int temperature_set; /* a --config file set temperature (the embedded default then yields) */
 };
 
 struct run_config {
