@@ -174,6 +174,74 @@ static void test_config_precedence(void **state)
 
 static int run_code(const char *const *argv, const char *expect_in_err);
 
+/* `ignore_eos` in a config file: a top-level value for every slot, a slot's own override, the
+ * dump, the trace's sampling (only where set), and a value that is not a bool. */
+static void test_config_ignore_eos(void **state)
+{
+    (void)state;
+    char script[512], cfg[512], trace[512], text[1024];
+    src_path("tests/data/three_step.json", script, sizeof script);
+    tmp_path("eos.json", cfg, sizeof cfg);
+    tmp_path("eos.jsonl", trace, sizeof trace);
+    snprintf(text, sizeof text,
+             "{\"url\": \"scripted:%s\", \"max_steps\": 1, \"ignore_eos\": true,"
+             " \"planner\": {\"ignore_eos\": false}}",
+             script);
+    write_file(cfg, text);
+    const char *argv[] = {proc_agentflow_bin(),
+                          "run",
+                          "--config",
+                          cfg,
+                          "--json",
+                          "--trace",
+                          trace,
+                          "--quiet",
+                          "q",
+                          NULL};
+    struct proc_result r;
+    assert_int_equal(proc_run(argv, NULL, RUN_TIMEOUT_S, &r), 0);
+    assert_int_equal(r.exit_code, 0);
+    json_t *j = json_loads(r.out, 0, NULL);
+    assert_non_null(j);
+    json_t *c = json_object_get(j, "config");
+    assert_true(json_is_false(json_object_get(json_object_get(c, "planner"), "ignore_eos")));
+    assert_true(json_is_true(json_object_get(json_object_get(c, "fixed"), "ignore_eos")));
+    assert_true(json_is_true(json_object_get(json_object_get(c, "executor"), "ignore_eos")));
+    json_decref(j);
+    proc_result_deinit(&r);
+
+    char *lines = NULL, err[256];
+    assert_int_equal(af_file_read(trace, 1 << 24, &lines, NULL, err, sizeof err), 0);
+    size_t n_planner = 0, n_other = 0;
+    for (char *line = lines, *nl; line && *line; line = nl ? nl + 1 : NULL) {
+        nl = strchr(line, '\n');
+        if (nl)
+            *nl = '\0';
+        json_t *rec = json_loads(line, 0, NULL);
+        assert_non_null(rec);
+        if (!strcmp(json_string_value(json_object_get(rec, "type")), "llm")) {
+            json_t *eos = json_object_get(json_object_get(rec, "sampling"), "ignore_eos");
+            if (!strcmp(json_string_value(json_object_get(rec, "slot")), "planner")) {
+                assert_null(eos);
+                n_planner++;
+            } else {
+                assert_true(json_is_true(eos));
+                n_other++;
+            }
+        }
+        json_decref(rec);
+    }
+    free(lines);
+    assert_true(n_planner > 0);
+    assert_true(n_other > 0);
+    unlink(trace);
+
+    write_file(cfg, "{\"ignore_eos\": 1}");
+    const char *bad[] = {proc_agentflow_bin(), "run", "--config", cfg, "q", NULL};
+    assert_int_equal(run_code(bad, "'ignore_eos' must be true or false"), 4);
+    unlink(cfg);
+}
+
 /* 1 when text holds a number with 10 or more significant digits: the float noise of a double
  * printed exactly (0.0058709997683763504), which output rounds to 9. */
 static int has_float_noise(const char *text)
@@ -732,6 +800,7 @@ int main(void)
         cmocka_unit_test(test_run_json_and_trace),
         cmocka_unit_test(test_exit_codes),
         cmocka_unit_test(test_config_precedence),
+        cmocka_unit_test(test_config_ignore_eos),
         cmocka_unit_test(test_backend_error_exit_3),
         cmocka_unit_test(test_batch_kill_and_resume),
         cmocka_unit_test(test_batch_bad_line),

@@ -1076,6 +1076,16 @@ static void test_llm_backend(void **state)
     int rc = af_llm_chat(a, &req, &rep);
     assert_true(rc == AF_ETIMEOUT || (rc == AF_OK && rep.n_response_ids < 4096));
     af_llm_reply_deinit(&rep);
+    /* ignore_eos: exactly max_tokens tokens, whatever the model says */
+    req.deadline_ms = 0;
+    req.sampling.temperature = 0;
+    req.sampling.max_tokens = 24;
+    req.sampling.ignore_eos = 1;
+    af_llm_reply_init(&rep);
+    assert_int_equal(af_llm_chat(a, &req, &rep), AF_OK);
+    assert_int_equal(rep.completion_tokens, 24);
+    assert_int_equal(rep.n_response_ids, 24);
+    af_llm_reply_deinit(&rep);
     af_llm_free(a);
     af_llm_free(b);
     assert_null(af_llm_gguf_new("/nonexistent.gguf", NULL, err, sizeof err));

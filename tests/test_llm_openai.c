@@ -2,7 +2,8 @@
  * test_llm_openai.c - the OpenAI-compatible HTTP back-end against the loopback fake server:
  * request encoding, reply parsing, retries (429, 5xx, Retry-After, budget), timeouts,
  * connection errors, size limits, bad bodies and concurrent calls on one handle. Also the
- * fake server's own scripting (queue, rules, default) and the retry arithmetic.
+ * fake server's own scripting (queue, rules, default), the retry arithmetic, and the response
+ * cache in front of this back-end (its key).
  *
  * Time bounds are generous: the machine may be slow and noisy.
  */
@@ -17,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "agentflow/llm.h"
 #include "core/clock.h"
@@ -97,6 +99,7 @@ static void check_sent_body(struct fake_server *fs)
     assert_string_equal(json_string_value(json_array_get(stop, 1)), "STOP");
     assert_true(json_is_false(json_object_get(j, "stream")));
     assert_null(json_object_get(j, "frequency_penalty"));
+    assert_null(json_object_get(j, "ignore_eos")); /* only sent when set */
     json_decref(j);
 }
 
@@ -172,6 +175,7 @@ static void test_optional_fields_and_rules(void **state)
     struct af_llm_request req = {.msgs = &m, .n_msgs = 1, .sampling = af_llm_default_sampling()};
     req.model = "override-model";
     req.sampling.frequency_penalty = 0.25;
+    req.sampling.ignore_eos = 1;
     struct af_llm_reply r;
     af_llm_reply_init(&r);
     assert_int_equal(af_llm_chat(llm, &req, &r), AF_OK);
@@ -188,6 +192,7 @@ static void test_optional_fields_and_rules(void **state)
     assert_non_null(j);
     assert_string_equal(json_string_value(json_object_get(j, "model")), "override-model");
     assert_true(json_number_value(json_object_get(j, "frequency_penalty")) == 0.25);
+    assert_true(json_is_true(json_object_get(j, "ignore_eos")));
     assert_null(json_object_get(j, "seed"));
     assert_null(json_object_get(j, "stop"));
     json_decref(j);
@@ -641,6 +646,52 @@ static void test_retry_helpers(void **state)
     assert_true(openai_backoff_ms(3, 0, 3000, &rng) == 0);
 }
 
+/* The response cache over this back-end: a repeated greedy call is answered from the cache,
+ * and ignore_eos is part of the key (a call that ignores EOS is not the same call). */
+static void test_cache_key_ignore_eos(void **state)
+{
+    (void)state;
+    struct fake_server *fs = fake_server_start();
+    assert_non_null(fs);
+    fake_server_set_default(fs, 200, "{\"choices\":[{\"message\":{\"content\":\"ok\"}}]}", 0);
+    struct af_llm_openai_params p = test_params(fake_server_url(fs));
+    struct af_llm *llm = new_llm(&p);
+    char dir[] = "/tmp/af_cache_XXXXXX", path[64], err[512] = "";
+    assert_non_null(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/cache.db", dir);
+    struct af_llm_cache *c = NULL;
+    assert_int_equal(af_llm_cache_open(path, &c, err, sizeof err), AF_OK);
+    struct af_llm *cached = af_llm_cache_wrap(c, llm, 0);
+    struct af_msg m = {"user", "Same question."};
+    struct af_llm_request req = {.msgs = &m, .n_msgs = 1, .sampling = af_llm_default_sampling()};
+    const int eos[] = {0, 0, 1, 1};
+    for (int i = 0; i < 4; i++) {
+        req.sampling.ignore_eos = eos[i];
+        struct af_llm_reply r;
+        af_llm_reply_init(&r);
+        assert_int_equal(af_llm_chat(cached, &req, &r), AF_OK);
+        assert_string_equal(r.text, "ok");
+        assert_int_equal(r.n_attempts, i % 2 ? 0 : 1); /* the second of each pair is a hit */
+        af_llm_reply_deinit(&r);
+    }
+    assert_int_equal(fake_server_request_count(fs), 2);
+    uint64_t hits = 0, misses = 0;
+    af_llm_cache_stats(c, &hits, &misses);
+    assert_int_equal(hits, 2);
+    assert_int_equal(misses, 2);
+    af_llm_free(cached);
+    af_llm_cache_close(c);
+    af_llm_free(llm);
+    fake_server_stop(fs);
+    unlink(path);
+    char side[96];
+    snprintf(side, sizeof side, "%s-wal", path);
+    unlink(side);
+    snprintf(side, sizeof side, "%s-shm", path);
+    unlink(side);
+    rmdir(dir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -660,6 +711,7 @@ int main(void)
         cmocka_unit_test(test_bad_params),
         cmocka_unit_test(test_concurrent_calls),
         cmocka_unit_test(test_retry_helpers),
+        cmocka_unit_test(test_cache_key_ignore_eos),
     };
     return cmocka_run_group_tests_name("llm_openai", tests, NULL, NULL);
 }

@@ -32,6 +32,9 @@ struct af_sampling {
     int64_t seed;
     size_t n_stop;
     const char *stop[AF_LLM_MAX_STOP]; /* borrowed */
+    /* 1 = generate max_tokens tokens even past the end-of-text token (benchmarks that need
+     * the same work on every back-end). Sent as "ignore_eos" only when set. Default 0. */
+    int ignore_eos;
 };
 
 /* Greedy defaults of the fixed and executor slots: T=0, top_p 0.99, 2048 tokens, no penalty. */

@@ -132,6 +132,10 @@ static int apply_slot_key(struct slot_cfg *s, const char *k, const json_t *v, co
             return bad(err, errlen, origin, k, "an integer");
         s->sampling.has_seed = 1;
         s->sampling.seed = (int64_t)json_integer_value(v);
+    } else if (!strcmp(k, "ignore_eos")) {
+        if (!json_is_boolean(v))
+            return bad(err, errlen, origin, k, "true or false");
+        s->sampling.ignore_eos = json_is_true(v);
     } else if (!strcmp(k, "stop")) {
         return apply_stop(s, v, origin, k, err, errlen);
     } else {
@@ -515,6 +519,7 @@ static json_t *slot_json(const struct slot_cfg *s)
         s->sampling.top_p, "max_tokens", s->sampling.max_tokens, "frequency_penalty",
         s->sampling.frequency_penalty, "timeout_s", s->timeout_s, "connect_timeout_s",
         s->connect_timeout_s, "stall_timeout_s", s->stall_timeout_s, "max_retries", s->max_retries);
+    json_object_set_new(j, "ignore_eos", json_boolean(s->sampling.ignore_eos));
     if (s->sampling.has_seed)
         json_object_set_new(j, "seed", json_integer((json_int_t)s->sampling.seed));
     if (s->sampling.n_stop) {

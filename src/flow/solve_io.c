@@ -43,6 +43,8 @@ static json_t *sampling_json(const struct af_sampling *s)
                           "max_tokens", s->max_tokens, "frequency_penalty", s->frequency_penalty);
     if (s->has_seed)
         json_object_set_new(j, "seed", json_integer(s->seed));
+    if (s->ignore_eos)
+        json_object_set_new(j, "ignore_eos", json_true());
     if (s->n_stop) {
         json_t *st = json_array();
         for (size_t i = 0; i < s->n_stop; i++)

@@ -139,6 +139,8 @@ static void request_key(const struct cache_llm *cl, const struct af_llm_request 
                   "temperature", s->temperature, "top_p", s->top_p, "max_tokens", s->max_tokens,
                   "frequency_penalty", s->frequency_penalty, "seed",
                   s->has_seed ? json_integer((json_int_t)s->seed) : json_null(), "stop", stop);
+    if (k && s->ignore_eos) /* only when set, so the keys stored before it existed still match */
+        json_object_set_new(k, "ignore_eos", json_true());
     char *text = k ? json_dumps(k, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
     json_decref(k);
     const char *t = text ? text : "";

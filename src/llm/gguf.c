@@ -113,6 +113,7 @@ static struct af_engine_gen_params gen_params(const struct af_sampling *s)
     p.max_tokens = s->max_tokens > 0 ? s->max_tokens : 2048;
     p.frequency_penalty = (float)s->frequency_penalty;
     p.seed = s->has_seed ? (uint64_t)s->seed : 0;
+    p.ignore_eos = s->ignore_eos != 0;
     p.n_stop = s->n_stop < AF_ENGINE_MAX_STOP ? s->n_stop : AF_ENGINE_MAX_STOP;
     for (size_t i = 0; i < p.n_stop; i++)
         p.stop[i] = s->stop[i];

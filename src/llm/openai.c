@@ -340,6 +340,8 @@ static int add_sampling(json_t *root, const struct af_sampling *s, struct af_buf
         json_object_set_new(root, "max_tokens", json_integer(s->max_tokens));
     if (s->has_seed)
         json_object_set_new(root, "seed", json_integer((json_int_t)s->seed));
+    if (s->ignore_eos) /* vLLM and llama.cpp's server read it; OpenAI's API would refuse it */
+        json_object_set_new(root, "ignore_eos", json_true());
     size_t n_stop = s->n_stop < AF_LLM_MAX_STOP ? s->n_stop : AF_LLM_MAX_STOP;
     json_t *stop = json_array();
     for (size_t i = 0; i < n_stop; i++)
