@@ -170,7 +170,8 @@ if not pick:
     print("No test question is answered differently by (a) and (b).")
 else:
     q = ra[pick]
-    print("%s #%d: %s (gold: %s)\n" % (pick[0], pick[1], q["query"], ", ".join(q["gold"])))
+    gold = q["gold"] if isinstance(q["gold"], list) else [q["gold"]]
+    print("%s #%d: %s (gold: %s)\n" % (pick[0], pick[1], q["query"], ", ".join(map(str, gold))))
     for label, name in (("(a) before", "a"), ("(b) after", "b" + first)):
         st, ans = steps_of(name, pick)
         ok = (ra if name == "a" else rb)[pick]["correct"]["rule"]
