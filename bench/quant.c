@@ -8,7 +8,11 @@
  * of non-embedding matmuls per token (2 * m64 GFLOP/s / 0.716), and "GB/s" the weight bytes
  * streamed per second at m = 1. Times are the thread's CPU time (robust on a shared machine).
  *
+ * --copies N cycles through N copies of the weight (N = 32: 140 MB of Q8_0), so each call
+ * streams it from DRAM as the engine's decode does, instead of from L3.
+ *
  *   build/release/bench/quant [--min-ms 300] [--isa ref|avx2|avx512] [--type Q4_0] [-m 64]
+ *                             [--copies 1]
  */
 #include <math.h>
 #include <stdint.h>
@@ -42,14 +46,17 @@ static float rng_gauss(void)
     return (float)(s * 1.7320508);
 }
 
+/* Copies of the weight to cycle through (--copies). */
+static int n_copies = 1;
+
 /* Seconds per call of quant_matmul, repeated until min_ms have passed. */
-static double time_matmul(uint32_t t, const void *W, const void *X, int64_t m, float *out,
-                          double min_ms)
+static double time_matmul(uint32_t t, const uint8_t *W, size_t wsize, const void *X, int64_t m,
+                          float *out, double min_ms)
 {
     int reps = 0;
     double t0 = af_clock_thread_cpu_ms(), el;
     do {
-        quant_matmul(t, W, K, X, m, out, ROWS, 0, ROWS);
+        quant_matmul(t, W + (size_t)(reps % n_copies) * wsize, K, X, m, out, ROWS, 0, ROWS);
         reps++;
         el = af_clock_thread_cpu_ms() - t0;
     } while (el < min_ms);
@@ -62,7 +69,7 @@ static int n_pre = 64;
 static void bench_type(uint32_t t, const char *isa, const float *fw, const float *fx, double min_ms)
 {
     size_t wb = quant_row_bytes(t, K), xb = quant_row_bytes(quant_vec_dot_type(t), K);
-    uint8_t *W = malloc(wb * ROWS), *X = malloc(xb * (size_t)n_pre);
+    uint8_t *W = malloc(wb * ROWS * (size_t)n_copies), *X = malloc(xb * (size_t)n_pre);
     float *out = malloc(sizeof(float) * ROWS * (size_t)n_pre);
     if (!W || !X || !out) {
         fprintf(stderr, "out of memory\n");
@@ -70,10 +77,12 @@ static void bench_type(uint32_t t, const char *isa, const float *fw, const float
     }
     for (int r = 0; r < ROWS; r++)
         quant_quantize_row(t, fw + (size_t)r * K, W + (size_t)r * wb, K);
+    for (int c = 1; c < n_copies; c++)
+        memcpy(W + (size_t)c * wb * ROWS, W, wb * ROWS);
     for (int j = 0; j < n_pre; j++)
         quant_prepare_act(t, fx + (size_t)j * K, X + (size_t)j * xb, K);
-    double s1 = time_matmul(t, W, X, 1, out, min_ms);
-    double s64 = time_matmul(t, W, X, n_pre, out, min_ms);
+    double s1 = time_matmul(t, W, wb * ROWS, X, 1, out, min_ms);
+    double s64 = time_matmul(t, W, wb * ROWS, X, n_pre, out, min_ms);
     double g1 = 2.0 * ROWS * K / s1 / 1e9, g64 = 2.0 * ROWS * K * n_pre / s64 / 1e9;
     printf("%-5s %-7s %9.2f %9.2f %9.2f %11.0f\n", quant_type_name(t), isa, g1,
            (double)(wb * ROWS) / s1 / 1e9, g64, 2.0 * g64 / GFLOP_PER_TOKEN);
@@ -96,9 +105,11 @@ int main(int argc, char **argv)
             only_type = argv[i + 1];
         else if (!strcmp(argv[i], "-m") && atoi(argv[i + 1]) >= 2)
             n_pre = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--copies") && atoi(argv[i + 1]) >= 1)
+            n_copies = atoi(argv[i + 1]);
         else {
             fprintf(stderr, "usage: bench/quant [--min-ms 300] [--isa ref|avx2|avx512] [--type "
-                            "Q4_0] [-m 64 (prefill tokens, 2+)]\n");
+                            "Q4_0] [-m 64 (prefill tokens, 2+)] [--copies 1]\n");
             return 2;
         }
     }
@@ -109,7 +120,8 @@ int main(int argc, char **argv)
         fw[i] = 0.02f * rng_gauss();
     for (size_t i = 0; i < (size_t)n_pre * K; i++)
         fx[i] = rng_gauss();
-    printf("quant_matmul, W %d x %d, 1 thread (auto ISA: %s)\n", ROWS, K, quant_isa());
+    printf("quant_matmul, W %d x %d, %d cop%s, 1 thread (auto ISA: %s)\n", ROWS, K, n_copies,
+           n_copies == 1 ? "y" : "ies", quant_isa());
     char mcol[32];
     snprintf(mcol, sizeof mcol, "GF/s m%d", n_pre);
     printf("%-5s %-7s %9s %9s %9s %11s\n", "type", "isa", "GF/s m=1", "GB/s m=1", mcol,

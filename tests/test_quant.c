@@ -529,7 +529,7 @@ static void test_avx512_batch_invariant(void **state)
     }
     static const uint32_t types[] = {GGML_TYPE_Q8_0, GGML_TYPE_Q4_0};
     static const int64_t nbs[] = {1, 2, 5, 131};
-    static const int64_t ms[] = {1, 3, 4, 7, 64, 67};
+    static const int64_t ms[] = {1, 2, 3, 4, 7, 8, 9, 15, 16, 17, 64, 67};
     const int64_t rows = 7, mmax = 67;
     struct rng r = {0x512};
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++)
