@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "core/buf.h"
@@ -69,6 +70,37 @@ static void test_file_atomic_and_limit(void **state)
     rmdir(dir);
 }
 
+/* mkdir -p: missing parents made, an existing tree fine, a file in the way named. */
+static void test_mkdir_p(void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/af_core_XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    char path[256], err[256], sub[300];
+    snprintf(path, sizeof path, "%s/a//b/c/", dir);
+    assert_int_equal(af_mkdir_p(path, 0755, err, sizeof err), AF_OK);
+    struct stat sb;
+    snprintf(sub, sizeof sub, "%s/a/b/c", dir);
+    assert_int_equal(stat(sub, &sb), 0);
+    assert_true(S_ISDIR(sb.st_mode));
+    assert_int_equal(af_mkdir_p(path, 0755, err, sizeof err), AF_OK); /* exists: fine */
+    snprintf(sub, sizeof sub, "%s/a/file", dir);
+    assert_int_equal(af_file_write_atomic(sub, "x", 1, err, sizeof err), AF_OK);
+    snprintf(path, sizeof path, "%s/a/file/d", dir);
+    assert_int_equal(af_mkdir_p(path, 0755, err, sizeof err), AF_EIO);
+    assert_non_null(strstr(err, sub)); /* the parent at fault */
+    assert_int_equal(af_mkdir_p(sub, 0755, err, sizeof err), AF_EIO);
+    assert_non_null(strstr(err, "in the way"));
+    assert_int_equal(af_mkdir_p("", 0755, err, sizeof err), AF_EINVAL);
+    unlink(sub);
+    for (const char *d = "a/b/c"; *d;) {
+        snprintf(sub, sizeof sub, "%s/%s", dir, d);
+        assert_int_equal(rmdir(sub), 0);
+        d = !strcmp(d, "a/b/c") ? "a/b" : !strcmp(d, "a/b") ? "a" : "";
+    }
+    assert_int_equal(rmdir(dir), 0);
+}
+
 static void test_strerror(void **state)
 {
     (void)state;
@@ -81,6 +113,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_buf_limit),
         cmocka_unit_test(test_file_atomic_and_limit),
+        cmocka_unit_test(test_mkdir_p),
         cmocka_unit_test(test_strerror),
     };
     return cmocka_run_group_tests_name("core", tests, NULL, NULL);

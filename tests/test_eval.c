@@ -237,7 +237,7 @@ static void check_all_benches_lines(json_t *lines, int expect[N_BENCHES][N_PER_B
 static void test_eval_all_benches(void **state)
 {
     (void)state;
-    char data[1024], script[512], url[600], rundir[512];
+    char data[1024], script[512], url[600], rundir[600];
     if (!shared_data_dir(data, sizeof data)) {
         fprintf(stderr, "skipped: no benchmark data at %s (set AGENTFLOW_DATA)\n", data);
         skip();
@@ -265,8 +265,11 @@ static void test_eval_all_benches(void **state)
     tmp_path("all.json", script, sizeof script);
     write_script(script, rules);
     snprintf(url, sizeof url, "scripted:%s", script);
-    tmp_path("run_all", rundir, sizeof rundir);
-    rm_rf(rundir);
+    /* --out two levels below a missing folder: made like mkdir -p */
+    char top[512];
+    tmp_path("run_all", top, sizeof top);
+    rm_rf(top);
+    snprintf(rundir, sizeof rundir, "%s/nested/run", top);
     char limit[16];
     snprintf(limit, sizeof limit, "%d", N_PER_BENCH);
     const char *argv[] = {proc_agentflow_bin(),
@@ -327,7 +330,7 @@ static void test_eval_all_benches(void **state)
     assert_int_equal(json_array_size(json_object_get(run, "benches")), N_BENCHES);
     assert_int_equal(json_integer_value(json_object_get(run, "limit")), N_PER_BENCH);
     json_decref(run);
-    rm_rf(rundir);
+    rm_rf(top);
     unlink(script);
 }
 

@@ -412,9 +412,8 @@ static int eval_load_sets(char **names, const char *data_dir, struct eval_datase
 static int eval_prepare(const struct eval_run_args *a, struct run_ctx *rc, char **cache_path)
 {
     char err[1024];
-    if (mkdir(a->out, 0777) != 0 && errno != EEXIST) {
-        fprintf(stderr, EVAL_RUN ": cannot create --out folder '%s': %s\n", a->out,
-                strerror(errno));
+    if (af_mkdir_p(a->out, 0777, err, sizeof err) != AF_OK) {
+        fprintf(stderr, EVAL_RUN ": cannot create the --out folder: %s\n", err);
         return CLI_EINPUT;
     }
     *cache_path = NULL;

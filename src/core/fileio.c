@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/errf.h"
 #include "core/xalloc.h"
 
 static void seterr(char *err, size_t errlen, const char *what, const char *path, int e)
@@ -176,6 +177,42 @@ void af_linelog_close(struct af_linelog *log)
     close(log->fd);
     pthread_mutex_destroy(&log->mu);
     free(log);
+}
+
+/* mkdir of one level: fine when it exists as a folder. */
+static int mkdir_one(const char *path, unsigned mode, char *err, size_t errlen)
+{
+    struct stat sb;
+    if (mkdir(path, (mode_t)mode) == 0)
+        return AF_OK;
+    const int e = errno;
+    if (e == EEXIST && stat(path, &sb) == 0 && S_ISDIR(sb.st_mode))
+        return AF_OK;
+    af_errf(err, errlen, "%s: cannot create the folder: %s", path,
+            e == EEXIST ? "a file of that name is in the way" : strerror(e));
+    return AF_EIO;
+}
+
+int af_mkdir_p(const char *path, unsigned mode, char *err, size_t errlen)
+{
+    if (!path || !*path) {
+        af_errf(err, errlen, "cannot create a folder with an empty name");
+        return AF_EINVAL;
+    }
+    char *p = af_xstrdup(path);
+    int rc = AF_OK;
+    /* Each parent in turn ("a", "a/b", ...), skipping the leading '/' and repeated slashes. */
+    for (char *c = p + 1; *c && rc == AF_OK; c++) {
+        if (*c != '/' || c[-1] == '/')
+            continue;
+        *c = '\0';
+        rc = mkdir_one(p, mode, err, errlen);
+        *c = '/';
+    }
+    if (rc == AF_OK)
+        rc = mkdir_one(p, mode, err, errlen);
+    free(p);
+    return rc;
 }
 
 int af_file_same(const char *a, const char *b)

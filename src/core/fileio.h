@@ -21,6 +21,11 @@ AF_NODISCARD int af_file_read(const char *path, size_t limit, char **out, size_t
 AF_NODISCARD int af_file_write_atomic(const char *path, const void *data, size_t len, char *err,
                                       size_t errlen);
 
+/* Creates the folder `path` and any missing parents (mkdir -p), with `mode` (before the
+ * umask). An existing folder is fine; an existing file that is not a folder, at `path` or at a
+ * parent, is AF_EIO with the path at fault in `err`. */
+AF_NODISCARD int af_mkdir_p(const char *path, unsigned mode, char *err, size_t errlen);
+
 /* An append-only JSONL log: each line is written with one write() and fsync'd. */
 /* 1 when a and b name one existing file (same device and inode: links and other spellings
  * of a path included), else 0. */

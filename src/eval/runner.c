@@ -379,7 +379,7 @@ static int open_run_dir(struct runner *r, char *err, size_t errlen)
     struct af_buf p;
     af_buf_init(&p, AF_BUF_NOLIMIT);
     (void)af_buf_printf(&p, "%s/traces", r->o->out_dir);
-    int rc = make_dir(r->o->out_dir, err, errlen);
+    int rc = af_mkdir_p(r->o->out_dir, 0777, err, errlen);
     if (rc == AF_OK)
         rc = make_dir(af_buf_str(&p), err, errlen);
     af_buf_reset(&p);

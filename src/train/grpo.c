@@ -841,13 +841,12 @@ static int open_logs(struct run *r, char *err, size_t errlen)
     const char *dir = r->o->out_dir;
     if (train_dist_rank() != 0) /* rank 0 alone writes */
         return AF_OK;
-    if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
-        af_errf(err, errlen, "%s: cannot create the folder: %s", dir, strerror(errno));
-        return AF_EIO;
-    }
+    int rc = af_mkdir_p(dir, 0755, err, errlen);
+    if (rc != AF_OK)
+        return rc;
     char path[4096];
     snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
-    int rc = af_linelog_open(path, &r->metrics, err, errlen);
+    rc = af_linelog_open(path, &r->metrics, err, errlen);
     snprintf(path, sizeof path, "%s/rollouts.jsonl", dir);
     if (!rc)
         rc = af_linelog_open(path, &r->rollouts, err, errlen);

@@ -441,10 +441,7 @@ int train_sft_run(const struct train_sft_opts *o, char *err, size_t errlen)
     r.lr_base = o->lr > 0 ? o->lr : (o->full ? 1e-5f : 1e-4f);
     r.alpha = o->lora_alpha > 0 ? o->lora_alpha : 2.0f * (float)o->lora_rank;
     if (!(rc = setup(&r, err, errlen)) && !(rc = start_or_resume(&r, err, errlen))) {
-        if (mkdir(o->out_dir, 0755) != 0 && errno != EEXIST) {
-            af_errf(err, errlen, "%s: cannot create the folder: %s", o->out_dir, strerror(errno));
-            rc = AF_EIO;
-        }
+        rc = af_mkdir_p(o->out_dir, 0755, err, errlen);
         char path[4096];
         snprintf(path, sizeof path, "%s/metrics.jsonl", o->out_dir);
         if (!rc)

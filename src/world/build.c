@@ -145,7 +145,7 @@ int af_world_build(const char *dir, const struct af_world_params *p, struct af_w
         return AF_EINVAL;
     }
     struct af_world_stats s = {0};
-    int rc = make_dir(dir, err, errlen);
+    int rc = af_mkdir_p(dir, 0755, err, errlen);
     if (rc != AF_OK)
         return rc;
     struct world w;
