@@ -323,7 +323,7 @@ static void test_eval_all_benches(void **state)
     json_t *res = read_results(rundir);
     check_all_benches_lines(res, expect, rundir);
     json_decref(res);
-    char path[600];
+    char path[700];
     snprintf(path, sizeof path, "%s/run.json", rundir);
     json_t *run = load_json_file(path);
     assert_true(json_is_object(json_object_get(run, "config")));
