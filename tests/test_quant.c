@@ -629,11 +629,8 @@ static float fma_chain(uint32_t t, const void *w, const void *x, int64_t k)
  * equals the scalar FMA chain, so the bits do not depend on the batch size (2+), the token's
  * offset or the row split; decode (m = 1) is the dot. 23 rows leave partial row tiles and
  * m = 37 a partial token panel; k = 4867 is long and odd. */
-static void test_prefill_gemm_float(void **state)
+static void gemm_float_isa(const char *isa)
 {
-    (void)state;
-    if (quant_set_isa("avx2") != 0)
-        skip();
     static const uint32_t types[] = {GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_BF16};
     static const int64_t ks[] = {1, 8, 37, 179, 4867};
     const int64_t rows = 23, m = 37;
@@ -647,6 +644,7 @@ static void test_prefill_gemm_float(void **state)
             const size_t wb = quant_row_bytes(t, k), xb = quant_row_bytes(t, k);
             /* tokens in batches of 2, 17 and 18; rows split 0..7 / 7..23 */
             static const int64_t cuts[] = {0, 2, 19, 37};
+            assert_int_equal(quant_set_isa(isa), 0);
             float *full = matmul_split_equal(t, W, X, k, rows, m, cuts, 7);
             float part[23]; /* rows */
             for (int64_t j = 0; j < m; j++)
@@ -658,6 +656,7 @@ static void test_prefill_gemm_float(void **state)
                                  (double)full[j * rows + i], (double)want);
                 }
             /* decode: one token gives the dot's bits */
+            assert_int_equal(quant_set_isa(isa), 0);
             quant_matmul(t, W, k, X + 5 * xb, 1, part, rows, 0, rows);
             for (int64_t i = 0; i < rows; i++) {
                 const float want = quant_vec_dot(t, k, W + (size_t)i * wb, X + 5 * xb);
@@ -670,6 +669,26 @@ static void test_prefill_gemm_float(void **state)
             free(full);
         }
     assert_int_equal(quant_set_isa("auto"), 0);
+}
+
+static void test_prefill_gemm_float(void **state)
+{
+    (void)state;
+    if (quant_set_isa("avx2") != 0)
+        skip();
+    gemm_float_isa("avx2");
+}
+
+/* The AVX-512 float kernels: the same fmaf-chain bits as the AVX2 ones (16 and 32-token
+ * panels: the batches of 2 / 17 / 18 take both). */
+static void test_prefill_gemm_float_avx512(void **state)
+{
+    (void)state;
+    if (quant_set_isa("avx512") != 0) {
+        printf("AVX-512 not available on this CPU: skipping\n");
+        skip();
+    }
+    gemm_float_isa("avx512");
 }
 
 /* The attention axpy: every ISA gives the reference's bits (multiply, then add). */
@@ -687,27 +706,48 @@ static void test_axpy_isas(void **state)
         quant_axpy(203, 0.3712f, x, y1);
         assert_memory_equal(y0, y1, sizeof y0);
     }
+    /* axpy_rows: the bits of a loop of axpy calls, on every ISA, for lengths that take each
+     * kernel's wide, narrow and scalar parts */
+    static const int64_t lens[] = {1, 15, 16, 64, 80, 128, 203};
+    static const char *isas[] = {"ref", "avx2", "avx512"};
+    float a[7];
+    const float *xs[7];
+    for (int t = 0; t < 7; t++) {
+        a[t] = 0.25f + 0.1371f * (float)t;
+        xs[t] = x + t;
+    }
+    for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
+        const int64_t len = lens[li] + 7 > 203 ? 196 : lens[li];
+        float want[203], got[203];
+        for (int i = 0; i < 203; i++)
+            want[i] = (float)((i * 11) % 53) / 3.0f;
+        memcpy(got, want, sizeof got);
+        assert_int_equal(quant_set_isa("ref"), 0);
+        for (int t = 0; t < 7; t++)
+            quant_axpy(len, a[t], xs[t], want);
+        for (size_t ii = 0; ii < 3; ii++) {
+            if (quant_set_isa(isas[ii]) != 0)
+                continue;
+            float y[203];
+            memcpy(y, got, sizeof y);
+            quant_axpy_rows_kernel()(len, 7, a, xs, y);
+            assert_memory_equal(want, y, sizeof y);
+        }
+    }
     assert_int_equal(quant_set_isa("auto"), 0);
 }
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_type_table),
-        cmocka_unit_test(test_q8_0_rounding),
-        cmocka_unit_test(test_roundtrip_error),
-        cmocka_unit_test(test_isa_select),
-        cmocka_unit_test(test_prepare_act_dot),
-        cmocka_unit_test(test_avx2_vs_ref),
-        cmocka_unit_test(test_axpy_isas),
-        cmocka_unit_test(test_avx512_vs_ref),
-        cmocka_unit_test(test_oracle_q8_0),
-        cmocka_unit_test(test_oracle_q4_0),
-        cmocka_unit_test(test_oracle_kquants),
-        cmocka_unit_test(test_prefill_tiles_32),
-        cmocka_unit_test(test_prefill_gemm_float),
-        cmocka_unit_test(test_prefill_tiles_k),
-        cmocka_unit_test(test_avx512_batch_invariant),
+        cmocka_unit_test(test_type_table),         cmocka_unit_test(test_q8_0_rounding),
+        cmocka_unit_test(test_roundtrip_error),    cmocka_unit_test(test_isa_select),
+        cmocka_unit_test(test_prepare_act_dot),    cmocka_unit_test(test_avx2_vs_ref),
+        cmocka_unit_test(test_axpy_isas),          cmocka_unit_test(test_avx512_vs_ref),
+        cmocka_unit_test(test_oracle_q8_0),        cmocka_unit_test(test_oracle_q4_0),
+        cmocka_unit_test(test_oracle_kquants),     cmocka_unit_test(test_prefill_tiles_32),
+        cmocka_unit_test(test_prefill_gemm_float), cmocka_unit_test(test_prefill_gemm_float_avx512),
+        cmocka_unit_test(test_prefill_tiles_k),    cmocka_unit_test(test_avx512_batch_invariant),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -23,6 +23,7 @@
 #define UBATCH 256
 /* Positions whose keys attention gathers and scores at a time (a multiple of KV_BLOCK). */
 #define ATT_KEY_BLOCK 512
+#define ATT_V_SPAN 64 /* value rows summed per axpy_rows call (a stack array of pointers) */
 
 struct fwd_ctx {
     const struct model *m;
@@ -285,6 +286,7 @@ static void attention(struct fwd_ctx *c, int64_t il, int64_t nb)
     const int64_t kvd = hp->n_head_kv * hp->head_dim;
     const float scale = 1.0f / sqrtf((float)hd);
     const quant_axpy_fn axpy = quant_axpy_kernel();
+    const quant_axpy_rows_fn axpy_rows = quant_axpy_rows_kernel();
     const int nt = c->n_threads;
 #pragma omp parallel for num_threads(nt) schedule(dynamic, 1) collapse(2)
     for (int64_t j = 0; j < nb; j++)
@@ -320,9 +322,16 @@ static void attention(struct fwd_ctx *c, int64_t il, int64_t nb)
                 const float inv = (float)(1.0 / sum);
                 float *o = c->att + (j * nh + kvh * group + g) * hd;
                 memset(o, 0, (size_t)hd * sizeof *o);
-                for (int64_t t = 0; t < n_keys; t++) {
-                    const float *V = kv_block_v(s->pool, s->blocks[t / KV_BLOCK], il);
-                    axpy(hd, sc[t] * inv, V + (t % KV_BLOCK) * kvd + kvh * hd, o);
+                /* The value rows in spans: o stays in registers across a span's terms. */
+                const float *vrows[ATT_V_SPAN];
+                for (int64_t t0 = 0; t0 < n_keys; t0 += ATT_V_SPAN) {
+                    const int64_t len = n_keys - t0 < ATT_V_SPAN ? n_keys - t0 : ATT_V_SPAN;
+                    for (int64_t t = t0; t < t0 + len; t++) {
+                        const float *V = kv_block_v(s->pool, s->blocks[t / KV_BLOCK], il);
+                        vrows[t - t0] = V + (t % KV_BLOCK) * kvd + kvh * hd;
+                        sc[t] *= inv;
+                    }
+                    axpy_rows(hd, len, sc + t0, vrows, o);
                 }
             }
         }

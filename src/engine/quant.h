@@ -91,6 +91,13 @@ void quant_axpy(int64_t n, float a, const float *x, float *y);
 typedef void (*quant_axpy_fn)(int64_t n, float a, const float *x, float *y);
 quant_axpy_fn quant_axpy_kernel(void);
 
+/* y[i] += a[t] * xs[t][i] for t = 0 .. n - 1 in order, each term a multiply then an add: the
+ * bits of n quant_axpy calls, with y held in registers across the terms. Attention's sum of
+ * value rows, whose rows sit in different KV blocks. */
+typedef void (*quant_axpy_rows_fn)(int64_t len, int64_t n, const float *a, const float *const *xs,
+                                   float *y);
+quant_axpy_rows_fn quant_axpy_rows_kernel(void);
+
 /* Kernel selection. "ref", "avx2", "avx512" (VNNI); "auto" = the best this CPU runs.
  * Returns 0, or -1 when the CPU cannot run that ISA (selection unchanged). Not thread-safe:
  * call before starting threads (tests, start-up). */

@@ -819,9 +819,36 @@ AF_TARGET_AVX2 static void axpy_avx2(int64_t n, float a, const float *x, float *
         y[i] += a * x[i];
 }
 
+/* y in registers, 64 floats at a time, across all n terms. */
+AF_TARGET_AVX2 static void axpy_rows_avx2(int64_t len, int64_t n, const float *a,
+                                          const float *const *xs, float *y)
+{
+    int64_t i = 0;
+    for (; i + 64 <= len; i += 64) {
+        __m256 acc[8];
+#pragma GCC unroll 8
+        for (int v = 0; v < 8; v++)
+            acc[v] = _mm256_loadu_ps(y + i + 8 * v);
+        for (int64_t t = 0; t < n; t++) {
+            const __m256 va = _mm256_set1_ps(a[t]);
+            const float *x = xs[t] + i;
+#pragma GCC unroll 8
+            for (int v = 0; v < 8; v++)
+                acc[v] = _mm256_add_ps(acc[v], _mm256_mul_ps(va, _mm256_loadu_ps(x + 8 * v)));
+        }
+#pragma GCC unroll 8
+        for (int v = 0; v < 8; v++)
+            _mm256_storeu_ps(y + i + 8 * v, acc[v]);
+    }
+    if (i < len)
+        for (int64_t t = 0; t < n; t++)
+            axpy_avx2(len - i, a[t], xs[t] + i, y + i);
+}
+
 const struct quant_kernels quant_kernels_avx2 = {
     .name = "avx2",
     .axpy = axpy_avx2,
+    .axpy_rows = axpy_rows_avx2,
     .vec_dot =
         {
             [GGML_TYPE_F32] = quant_avx2_dot_f32,

@@ -2,8 +2,8 @@
  * quant_avx512.c - AVX-512 F/BW/VL + VNNI kernels for Q8_0 and Q4_0 against Q8_0 activations:
  * vec_dot (also the matmul for m < 4: one row at a time streams best from DRAM) and a packed,
  * register-tiled prefill matmul (4 weight rows x 4 tokens), all on 512-bit registers and
- * vpdpbusd. Types without an entry here fall through to the AVX2 kernels (quant_dispatch.c),
- * the float types included (their bits are the AVX2 table's).
+ * vpdpbusd. The float types' prefill matmuls are in quant_avx512_float.c (the AVX2 kernels'
+ * bits); what has no entry here falls through to the AVX2 kernels (quant_dispatch.c).
  *
  * Pair layout: one zmm holds two 32-element blocks, 2p in the even int32 / float lanes and 2p + 1
  * in the odd ones; lane 2i + h is dword i (elements 4i..4i+3) of block 2p + h. Per output, the
@@ -593,8 +593,46 @@ AF_TARGET_AVX512 static void matmul_q4_0(const void *W, size_t wbytes, int64_t k
     matmul_t(GGML_TYPE_Q4_0, W, wbytes, k, X, xbytes, m, out, ldo, r0, r1);
 }
 
+/* y in registers, 128 floats at a time (64 in the tail loop), across all n terms; a multiply,
+ * then an add, as every ISA's axpy. */
+AF_TARGET_AVX512 static void axpy_rows_avx512(int64_t len, int64_t n, const float *a,
+                                              const float *const *xs, float *y)
+{
+    int64_t i = 0;
+    for (; i + 64 <= len; i += 64) {
+        __m512 acc[4];
+#pragma GCC unroll 4
+        for (int v = 0; v < 4; v++)
+            acc[v] = _mm512_loadu_ps(y + i + 16 * v);
+        for (int64_t t = 0; t < n; t++) {
+            const __m512 va = _mm512_set1_ps(a[t]);
+            const float *x = xs[t] + i;
+#pragma GCC unroll 4
+            for (int v = 0; v < 4; v++)
+                acc[v] = _mm512_add_ps(acc[v], _mm512_mul_ps(va, _mm512_loadu_ps(x + 16 * v)));
+        }
+#pragma GCC unroll 4
+        for (int v = 0; v < 4; v++)
+            _mm512_storeu_ps(y + i + 16 * v, acc[v]);
+    }
+    for (; i + 16 <= len; i += 16) {
+        __m512 acc = _mm512_loadu_ps(y + i);
+        for (int64_t t = 0; t < n; t++)
+            acc =
+                _mm512_add_ps(acc, _mm512_mul_ps(_mm512_set1_ps(a[t]), _mm512_loadu_ps(xs[t] + i)));
+        _mm512_storeu_ps(y + i, acc);
+    }
+    for (; i < len; i++) {
+        float acc = y[i];
+        for (int64_t t = 0; t < n; t++)
+            acc += a[t] * xs[t][i];
+        y[i] = acc;
+    }
+}
+
 const struct quant_kernels quant_kernels_avx512 = {
     .name = "avx512",
+    .axpy_rows = axpy_rows_avx512,
     .vec_dot =
         {
             [GGML_TYPE_Q4_0] = dot_q4_0,
@@ -602,6 +640,9 @@ const struct quant_kernels quant_kernels_avx512 = {
         },
     .matmul =
         {
+            [GGML_TYPE_F32] = quant_avx512_matmul_f32,
+            [GGML_TYPE_F16] = quant_avx512_matmul_f16,
+            [GGML_TYPE_BF16] = quant_avx512_matmul_bf16,
             [GGML_TYPE_Q4_0] = matmul_q4_0,
             [GGML_TYPE_Q8_0] = matmul_q8_0,
         },

@@ -25,6 +25,8 @@ static void merge(const struct quant_kernels *const *layers, int n)
         }
         if (layers[i]->axpy)
             k.axpy = layers[i]->axpy;
+        if (layers[i]->axpy_rows)
+            k.axpy_rows = layers[i]->axpy_rows;
         k.name = layers[i]->name;
     }
     active = k;
@@ -92,6 +94,11 @@ void quant_axpy(int64_t n, float a, const float *x, float *y)
 quant_axpy_fn quant_axpy_kernel(void)
 {
     return kernels()->axpy;
+}
+
+quant_axpy_rows_fn quant_axpy_rows_kernel(void)
+{
+    return kernels()->axpy_rows;
 }
 
 float quant_vec_dot(uint32_t t, int64_t n, const void *w, const void *x)

@@ -83,6 +83,7 @@ struct quant_kernels {
     quant_vec_dot_fn vec_dot[GGML_TYPE_COUNT];
     quant_matmul_fn matmul[GGML_TYPE_COUNT];
     void (*axpy)(int64_t n, float a, const float *x, float *y);
+    quant_axpy_rows_fn axpy_rows;
 };
 
 extern const struct quant_kernels quant_kernels_ref;
@@ -99,6 +100,15 @@ void quant_avx2_matmul_f16(const void *W, size_t wbytes, int64_t k, const void *
                            int64_t m, float *out, int64_t ldo, int64_t r0, int64_t r1);
 void quant_avx2_matmul_bf16(const void *W, size_t wbytes, int64_t k, const void *X, size_t xbytes,
                             int64_t m, float *out, int64_t ldo, int64_t r0, int64_t r1);
+
+/* The AVX-512 float prefill matmuls (quant_avx512_float.c): the AVX2 kernels' bits, 16 lanes
+ * per instruction; m = 1 goes to the AVX2 matmul. */
+void quant_avx512_matmul_f32(const void *W, size_t wbytes, int64_t k, const void *X, size_t xbytes,
+                             int64_t m, float *out, int64_t ldo, int64_t r0, int64_t r1);
+void quant_avx512_matmul_f16(const void *W, size_t wbytes, int64_t k, const void *X, size_t xbytes,
+                             int64_t m, float *out, int64_t ldo, int64_t r0, int64_t r1);
+void quant_avx512_matmul_bf16(const void *W, size_t wbytes, int64_t k, const void *X, size_t xbytes,
+                              int64_t m, float *out, int64_t ldo, int64_t r0, int64_t r1);
 
 /* 1 when the CPU runs the ISA's kernels (quant_avx2.c / quant_avx512.c). */
 int quant_avx2_usable(void);

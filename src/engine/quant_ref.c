@@ -921,9 +921,16 @@ static void axpy_ref(int64_t n, float a, const float *x, float *y)
         y[i] += a * x[i];
 }
 
+static void axpy_rows_ref(int64_t len, int64_t n, const float *a, const float *const *xs, float *y)
+{
+    for (int64_t t = 0; t < n; t++)
+        axpy_ref(len, a[t], xs[t], y);
+}
+
 const struct quant_kernels quant_kernels_ref = {
     .name = "ref",
     .axpy = axpy_ref,
+    .axpy_rows = axpy_rows_ref,
     .vec_dot =
         {
             [GGML_TYPE_F32] = dot_f32,
