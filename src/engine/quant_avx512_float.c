@@ -5,7 +5,8 @@
  * The AVX2 kernel's scheme on 512-bit registers: tokens in the lanes, packed once per call as
  * [k][PT] panels (PT = 16 for up to 16 tokens, else 32), each weight broadcast from its row
  * (F16 / BF16 rows converted to F32 a block at a time), R_ROWS rows x PT tokens of
- * accumulators. Every output is still one chain of FMAs over k in order from +0, so the bits
+ * accumulators, k in chunks of KC whose panel slice stays in L1 (the accumulators parked in
+ * between). Every output is still one chain of FMAs over k in order from +0, so the bits
  * are the AVX2 kernel's (and the scalar fmaf chain's), whatever the batch, the token's place,
  * the row split or the ISA: only the lanes per instruction change.
  */
@@ -23,9 +24,8 @@
 #define AF_TARGET_AVX512F __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma,f16c")))
 #define AF_INLINE inline __attribute__((always_inline))
 
-enum { R_ROWS = 8, PT_MAX = 32 };
-/* Bytes of F32 weights a row block keeps in L2 while every token panel passes over it. */
-#define ROW_BLOCK_BYTES (256u * 1024u)
+/* ROW_BLOCK rows x KC floats of weights (256 KiB) stay in L2 while every panel passes. */
+enum { R_ROWS = 8, PT_MAX = 32, KC = 256, ROW_BLOCK = 256 };
 
 /* A row of n values of type t (F32, F16 or BF16) as F32 (exact). */
 AF_TARGET_AVX512F static void row_to_f32(uint32_t t, const void *src, float *dst, int64_t n)
@@ -75,17 +75,22 @@ AF_TARGET_AVX512F static void pack_panel(uint32_t type, const char *X, size_t xb
     }
 }
 
-/* nr (<= R_ROWS) F32 weight rows (ws floats apart) x one panel of nv * 16 tokens, over all
- * k; out[t * ldo + r] for t < nt. */
-AF_TARGET_AVX512F static AF_INLINE void kernel(int nr, int nv, const float *w, size_t ws, int64_t k,
-                                               const float *p, int64_t nt, float *out, int64_t ldo)
+/* nr (<= R_ROWS) F32 weight rows (ws floats apart) x one panel of nv * 16 tokens, over the
+ * kc values of a k-chunk (w and p start at it). The accumulators start from +0 (first) or the
+ * park (pk: [row][pt]), and end in out[t * ldo + r] for t < nt (last) or the park: an exact
+ * store and reload, so each output is still one FMA chain over all of k. */
+AF_TARGET_AVX512F static AF_INLINE void kernel(int nr, int nv, const float *w, size_t ws,
+                                               int64_t kc, const float *p, int64_t nt, float *pk,
+                                               int first, int last, float *out, int64_t ldo)
 {
     __m512 acc[R_ROWS][2];
-#pragma GCC unroll 8
-    for (int r = 0; r < nr; r++)
-        acc[r][0] = acc[r][1] = _mm512_setzero_ps();
     const int pt = 16 * nv;
-    for (int64_t i = 0; i < k; i++, p += pt) {
+#pragma GCC unroll 8
+    for (int r = 0; r < nr; r++) {
+        acc[r][0] = first ? _mm512_setzero_ps() : _mm512_load_ps(pk + r * pt);
+        acc[r][1] = first || nv == 1 ? _mm512_setzero_ps() : _mm512_load_ps(pk + r * pt + 16);
+    }
+    for (int64_t i = 0; i < kc; i++, p += pt) {
         const __m512 x0 = _mm512_load_ps(p);
         const __m512 x1 = nv == 2 ? _mm512_load_ps(p + 16) : x0;
 #pragma GCC unroll 8
@@ -95,6 +100,15 @@ AF_TARGET_AVX512F static AF_INLINE void kernel(int nr, int nv, const float *w, s
             if (nv == 2)
                 acc[r][1] = _mm512_fmadd_ps(wb, x1, acc[r][1]);
         }
+    }
+    if (!last) {
+#pragma GCC unroll 8
+        for (int r = 0; r < nr; r++) {
+            _mm512_store_ps(pk + r * pt, acc[r][0]);
+            if (nv == 2)
+                _mm512_store_ps(pk + r * pt + 16, acc[r][1]);
+        }
+        return;
     }
     float tile[R_ROWS][PT_MAX];
 #pragma GCC unroll 8
@@ -110,15 +124,15 @@ AF_TARGET_AVX512F static AF_INLINE void kernel(int nr, int nv, const float *w, s
 
 /* Every row count 1..R_ROWS specialised. */
 AF_TARGET_AVX512F static AF_INLINE void kernel_n(int nr, int nv, const float *w, size_t ws,
-                                                 int64_t k, const float *p, int64_t nt, float *out,
-                                                 int64_t ldo)
+                                                 int64_t kc, const float *p, int64_t nt, float *pk,
+                                                 int first, int last, float *out, int64_t ldo)
 {
 #define K_CASE(n)                                                                                  \
     case n:                                                                                        \
         if (nv == 2)                                                                               \
-            kernel(n, 2, w, ws, k, p, nt, out, ldo);                                               \
+            kernel(n, 2, w, ws, kc, p, nt, pk, first, last, out, ldo);                             \
         else                                                                                       \
-            kernel(n, 1, w, ws, k, p, nt, out, ldo);                                               \
+            kernel(n, 1, w, ws, kc, p, nt, pk, first, last, out, ldo);                             \
         break;
     switch (nr) {
         K_CASE(1)
@@ -134,18 +148,37 @@ AF_TARGET_AVX512F static AF_INLINE void kernel_n(int nr, int nv, const float *w,
 #undef K_CASE
 }
 
-/* Rows [0, nq) of F32 weights against every panel. */
-AF_TARGET_AVX512F static void row_block(const float *w, size_t ws, int64_t k, int64_t nq,
-                                        const float *panels, int pt, int64_t m, float *out,
-                                        int64_t ldo)
+/* Rows [0, nq) of W (type, wbytes apart) against every panel, k in chunks of KC: a chunk of a
+ * panel (KC x 32 floats, 32 KiB) stays in L1 while every row group of the block passes over
+ * it, and the block's slice of the chunk (F16 / BF16 converted into wf) stays in L2. */
+AF_TARGET_AVX512F static void row_block(uint32_t type, const char *W, size_t wbytes, int64_t k,
+                                        int64_t nq, const float *panels, int pt, int64_t m,
+                                        float *wf, float *park, float *out, int64_t ldo)
 {
-    for (int64_t j0 = 0; j0 < m; j0 += pt) {
-        const float *p = panels + (size_t)(j0 / pt) * (size_t)k * (size_t)pt;
-        const int64_t nt = m - j0 < pt ? m - j0 : pt;
-        float *o = out + j0 * ldo;
-        for (int64_t r = 0; r < nq; r += R_ROWS) {
-            const int nr = nq - r < R_ROWS ? (int)(nq - r) : R_ROWS;
-            kernel_n(nr, pt / 16, w + (size_t)r * ws, ws, k, p, nt, o + r, ldo);
+    const int64_t np = (m + pt - 1) / pt;
+    const size_t es = type == GGML_TYPE_F32 ? 4 : 2;
+    for (int64_t k0 = 0; k0 < k; k0 += KC) {
+        const int64_t kc = k - k0 < KC ? k - k0 : KC;
+        const int first = k0 == 0, last = k0 + kc == k;
+        const float *w = (const float *)W + k0;
+        size_t ws = wbytes / sizeof(float);
+        if (type != GGML_TYPE_F32) {
+            for (int64_t r = 0; r < nq; r++)
+                row_to_f32(type, W + (size_t)r * wbytes + (size_t)k0 * es, wf + r * KC, kc);
+            w = wf;
+            ws = KC;
+        }
+        for (int64_t pi = 0; pi < np; pi++) {
+            const int64_t j0 = pi * pt;
+            const float *p = panels + (size_t)pi * (size_t)k * (size_t)pt + (size_t)k0 * pt;
+            const int64_t nt = m - j0 < pt ? m - j0 : pt;
+            float *o = out + j0 * ldo;
+            float *pk = park + (size_t)pi * (size_t)nq * (size_t)pt;
+            for (int64_t r = 0; r < nq; r += R_ROWS) {
+                const int nr = nq - r < R_ROWS ? (int)(nq - r) : R_ROWS;
+                kernel_n(nr, pt / 16, w + (size_t)r * ws, ws, kc, p, nt, pk + (size_t)r * pt, first,
+                         last, o + r, ldo);
+            }
         }
     }
 }
@@ -160,22 +193,16 @@ AF_TARGET_AVX512F static void gemm(uint32_t type, const char *W, size_t wbytes, 
     for (int64_t j0 = 0; j0 < m; j0 += pt)
         pack_panel(type, X, xbytes, k, j0, m - j0 < pt ? m - j0 : pt, pt,
                    panels + (size_t)(j0 / pt) * (size_t)k * (size_t)pt);
-    int64_t rb = (int64_t)(ROW_BLOCK_BYTES / ((size_t)k * sizeof(float))) / R_ROWS * R_ROWS;
-    rb = rb < R_ROWS ? R_ROWS : rb;
-    const int convert = type != GGML_TYPE_F32;
-    float *wf = convert ? af_xmalloc((size_t)rb * (size_t)k * sizeof *wf) : NULL;
+    const int64_t rb = ROW_BLOCK;
+    float *wf = type != GGML_TYPE_F32 ? af_xmalloc((size_t)rb * KC * sizeof *wf) : NULL;
+    float *park =
+        k > KC ? af_xaligned(64, (size_t)np * (size_t)rb * (size_t)pt * sizeof(float)) : NULL;
     for (int64_t q0 = r0; q0 < r1; q0 += rb) {
         const int64_t nq = r1 - q0 < rb ? r1 - q0 : rb;
-        const float *w = (const float *)(W + (size_t)q0 * wbytes);
-        size_t ws = wbytes / sizeof(float);
-        if (convert) {
-            for (int64_t r = 0; r < nq; r++)
-                row_to_f32(type, W + (size_t)(q0 + r) * wbytes, wf + (size_t)r * (size_t)k, k);
-            w = wf;
-            ws = (size_t)k;
-        }
-        row_block(w, ws, k, nq, panels, pt, m, out + q0, ldo);
+        row_block(type, W + (size_t)q0 * wbytes, wbytes, k, nq, panels, pt, m, wf, park, out + q0,
+                  ldo);
     }
+    free(park);
     free(wf);
     free(panels);
 }
