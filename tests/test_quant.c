@@ -737,17 +737,74 @@ static void test_axpy_isas(void **state)
     assert_int_equal(quant_set_isa("auto"), 0);
 }
 
+/* The attention scores kernel: the bits of memset + a loop of axpy calls, on every ISA, for
+ * row counts and lengths that take each tile, tail and mask. */
+static void test_scores_isas(void **state)
+{
+    (void)state;
+    enum { HD = 13, LDK = 211, NG = 7 };
+    static float k[HD * LDK], qv[NG][HD];
+    for (int i = 0; i < HD * LDK; i++)
+        k[i] = (float)((i * 29) % 97) / 13.0f - 3.5f;
+    for (int g = 0; g < NG; g++)
+        for (int i = 0; i < HD; i++)
+            qv[g][i] = (float)((g * 7 + i * 5) % 23) / 9.0f - 1.2f;
+    const float *q[NG];
+    for (int g = 0; g < NG; g++)
+        q[g] = qv[g];
+    static const int64_t lens[] = {1, 7, 8, 16, 17, 63, 64, 65, 130, 211};
+    static const char *isas[] = {"ref", "avx2", "avx512"};
+    for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++)
+        for (int64_t ng = 1; ng <= NG; ng += 2) {
+            const int64_t len = lens[li];
+            static float want[NG][LDK + 1], got[NG][LDK + 1];
+            float *o[NG];
+            for (int g = 0; g < NG; g++) {
+                o[g] = got[g];
+                want[g][len] = -7.0f; /* past len: must stay */
+            }
+            assert_int_equal(quant_set_isa("ref"), 0);
+            for (int64_t g = 0; g < ng; g++)
+                memset(want[g], 0, (size_t)len * sizeof(float));
+            for (int i = 0; i < HD; i++)
+                for (int64_t g = 0; g < ng; g++)
+                    quant_axpy(len, q[g][i], k + i * LDK, want[g]);
+            for (size_t ii = 0; ii < 3; ii++) {
+                if (quant_set_isa(isas[ii]) != 0)
+                    continue;
+                for (int g = 0; g < NG; g++)
+                    for (int t = 0; t <= LDK; t++)
+                        got[g][t] = t == len ? -7.0f : 99.0f;
+                quant_scores_kernel()(len, HD, ng, q, k, LDK, o);
+                for (int64_t g = 0; g < ng; g++)
+                    if (memcmp(want[g], got[g], (size_t)(len + 1) * sizeof(float)))
+                        fail_msg("%s len %lld rows %lld: row %lld differs", isas[ii],
+                                 (long long)len, (long long)ng, (long long)g);
+            }
+        }
+    assert_int_equal(quant_set_isa("auto"), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_type_table),         cmocka_unit_test(test_q8_0_rounding),
-        cmocka_unit_test(test_roundtrip_error),    cmocka_unit_test(test_isa_select),
-        cmocka_unit_test(test_prepare_act_dot),    cmocka_unit_test(test_avx2_vs_ref),
-        cmocka_unit_test(test_axpy_isas),          cmocka_unit_test(test_avx512_vs_ref),
-        cmocka_unit_test(test_oracle_q8_0),        cmocka_unit_test(test_oracle_q4_0),
-        cmocka_unit_test(test_oracle_kquants),     cmocka_unit_test(test_prefill_tiles_32),
-        cmocka_unit_test(test_prefill_gemm_float), cmocka_unit_test(test_prefill_gemm_float_avx512),
-        cmocka_unit_test(test_prefill_tiles_k),    cmocka_unit_test(test_avx512_batch_invariant),
+        cmocka_unit_test(test_type_table),
+        cmocka_unit_test(test_q8_0_rounding),
+        cmocka_unit_test(test_roundtrip_error),
+        cmocka_unit_test(test_isa_select),
+        cmocka_unit_test(test_prepare_act_dot),
+        cmocka_unit_test(test_avx2_vs_ref),
+        cmocka_unit_test(test_axpy_isas),
+        cmocka_unit_test(test_scores_isas),
+        cmocka_unit_test(test_avx512_vs_ref),
+        cmocka_unit_test(test_oracle_q8_0),
+        cmocka_unit_test(test_oracle_q4_0),
+        cmocka_unit_test(test_oracle_kquants),
+        cmocka_unit_test(test_prefill_tiles_32),
+        cmocka_unit_test(test_prefill_gemm_float),
+        cmocka_unit_test(test_prefill_gemm_float_avx512),
+        cmocka_unit_test(test_prefill_tiles_k),
+        cmocka_unit_test(test_avx512_batch_invariant),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

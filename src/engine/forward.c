@@ -24,6 +24,7 @@
 /* Positions whose keys attention gathers and scores at a time (a multiple of KV_BLOCK). */
 #define ATT_KEY_BLOCK 512
 #define ATT_V_SPAN 64 /* value rows summed per axpy_rows call (a stack array of pointers) */
+#define ATT_Q_ROWS 16 /* query heads of a kv head scored per call */
 
 struct fwd_ctx {
     const struct model *m;
@@ -285,7 +286,7 @@ static void attention(struct fwd_ctx *c, int64_t il, int64_t nb)
     const int64_t hd = hp->head_dim, nh = hp->n_head, nkv = hp->n_head_kv, group = nh / nkv;
     const int64_t kvd = hp->n_head_kv * hp->head_dim;
     const float scale = 1.0f / sqrtf((float)hd);
-    const quant_axpy_fn axpy = quant_axpy_kernel();
+    const quant_scores_fn scores = quant_scores_kernel();
     const quant_axpy_rows_fn axpy_rows = quant_axpy_rows_kernel();
     const int nt = c->n_threads;
 #pragma omp parallel for num_threads(nt) schedule(dynamic, 1) collapse(2)
@@ -299,13 +300,16 @@ static void attention(struct fwd_ctx *c, int64_t il, int64_t nb)
             for (int64_t t0 = 0; t0 < n_keys; t0 += ATT_KEY_BLOCK) {
                 const int64_t len = n_keys - t0 < ATT_KEY_BLOCK ? n_keys - t0 : ATT_KEY_BLOCK;
                 gather_keys(s, il, kvh * hd, hd, t0, len, kg);
-                for (int64_t g = 0; g < group; g++)
-                    memset(sc0 + g * c->max_ctx + t0, 0, (size_t)len * sizeof(float));
-                for (int64_t i = 0; i < hd; i++)
-                    for (int64_t g = 0; g < group; g++) {
-                        const float *q = c->q + (j * nh + kvh * group + g) * hd;
-                        axpy(len, q[i], kg + i * ATT_KEY_BLOCK, sc0 + g * c->max_ctx + t0);
+                for (int64_t g0 = 0; g0 < group; g0 += ATT_Q_ROWS) {
+                    const int64_t ng = group - g0 < ATT_Q_ROWS ? group - g0 : ATT_Q_ROWS;
+                    const float *qs[ATT_Q_ROWS];
+                    float *ss[ATT_Q_ROWS];
+                    for (int64_t g = 0; g < ng; g++) {
+                        qs[g] = c->q + (j * nh + kvh * group + g0 + g) * hd;
+                        ss[g] = sc0 + (g0 + g) * c->max_ctx + t0;
                     }
+                    scores(len, hd, ng, qs, kg, ATT_KEY_BLOCK, ss);
+                }
             }
             for (int64_t g = 0; g < group; g++) {
                 float *sc = sc0 + g * c->max_ctx;

@@ -27,6 +27,8 @@ static void merge(const struct quant_kernels *const *layers, int n)
             k.axpy = layers[i]->axpy;
         if (layers[i]->axpy_rows)
             k.axpy_rows = layers[i]->axpy_rows;
+        if (layers[i]->scores)
+            k.scores = layers[i]->scores;
         k.name = layers[i]->name;
     }
     active = k;
@@ -99,6 +101,11 @@ quant_axpy_fn quant_axpy_kernel(void)
 quant_axpy_rows_fn quant_axpy_rows_kernel(void)
 {
     return kernels()->axpy_rows;
+}
+
+quant_scores_fn quant_scores_kernel(void)
+{
+    return kernels()->scores;
 }
 
 float quant_vec_dot(uint32_t t, int64_t n, const void *w, const void *x)

@@ -84,6 +84,7 @@ struct quant_kernels {
     quant_matmul_fn matmul[GGML_TYPE_COUNT];
     void (*axpy)(int64_t n, float a, const float *x, float *y);
     quant_axpy_rows_fn axpy_rows;
+    quant_scores_fn scores;
 };
 
 extern const struct quant_kernels quant_kernels_ref;
