@@ -737,27 +737,39 @@ static void test_axpy_isas(void **state)
     assert_int_equal(quant_set_isa("auto"), 0);
 }
 
-/* The attention scores kernel: the bits of memset + a loop of axpy calls, on every ISA, for
- * row counts and lengths that take each tile, tail and mask. */
+/* The attention scores kernel: the bits of memset + a loop of axpy calls over the keys laid
+ * out contiguously, on every ISA, reading the keys from [hd][16] blocks (scattered, as in the
+ * KV pool), for row counts and lengths that take each tile, tail and partial block. */
 static void test_scores_isas(void **state)
 {
     (void)state;
-    enum { HD = 13, LDK = 211, NG = 7 };
-    static float k[HD * LDK], qv[NG][HD];
-    for (int i = 0; i < HD * LDK; i++)
+    enum { HD = 13, MAXLEN = 211, NG = 7, NB = (MAXLEN + 15) / 16 };
+    static float k[HD * MAXLEN], blocks[NB][HD * 16 + 5], qv[NG][HD];
+    for (int i = 0; i < HD * MAXLEN; i++)
         k[i] = (float)((i * 29) % 97) / 13.0f - 3.5f;
+    /* block b in reverse order in memory, with poison past the keys */
+    const float *kb[NB];
+    for (int b = 0; b < NB; b++) {
+        float *blk = blocks[NB - 1 - b];
+        for (int i = 0; i < HD * 16 + 5; i++)
+            blk[i] = NAN;
+        for (int i = 0; i < HD; i++)
+            for (int t = 0; t < 16 && b * 16 + t < MAXLEN; t++)
+                blk[i * 16 + t] = k[i * MAXLEN + b * 16 + t];
+        kb[b] = blk;
+    }
     for (int g = 0; g < NG; g++)
         for (int i = 0; i < HD; i++)
             qv[g][i] = (float)((g * 7 + i * 5) % 23) / 9.0f - 1.2f;
     const float *q[NG];
     for (int g = 0; g < NG; g++)
         q[g] = qv[g];
-    static const int64_t lens[] = {1, 7, 8, 16, 17, 63, 64, 65, 130, 211};
+    static const int64_t lens[] = {1, 7, 8, 16, 17, 31, 32, 63, 64, 65, 130, 211};
     static const char *isas[] = {"ref", "avx2", "avx512"};
     for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++)
         for (int64_t ng = 1; ng <= NG; ng += 2) {
             const int64_t len = lens[li];
-            static float want[NG][LDK + 1], got[NG][LDK + 1];
+            static float want[NG][MAXLEN + 1], got[NG][MAXLEN + 1];
             float *o[NG];
             for (int g = 0; g < NG; g++) {
                 o[g] = got[g];
@@ -768,14 +780,14 @@ static void test_scores_isas(void **state)
                 memset(want[g], 0, (size_t)len * sizeof(float));
             for (int i = 0; i < HD; i++)
                 for (int64_t g = 0; g < ng; g++)
-                    quant_axpy(len, q[g][i], k + i * LDK, want[g]);
+                    quant_axpy(len, q[g][i], k + i * MAXLEN, want[g]);
             for (size_t ii = 0; ii < 3; ii++) {
                 if (quant_set_isa(isas[ii]) != 0)
                     continue;
                 for (int g = 0; g < NG; g++)
-                    for (int t = 0; t <= LDK; t++)
+                    for (int t = 0; t <= MAXLEN; t++)
                         got[g][t] = t == len ? -7.0f : 99.0f;
-                quant_scores_kernel()(len, HD, ng, q, k, LDK, o);
+                quant_scores_kernel()(len, HD, ng, q, kb, o);
                 for (int64_t g = 0; g < ng; g++)
                     if (memcmp(want[g], got[g], (size_t)(len + 1) * sizeof(float)))
                         fail_msg("%s len %lld rows %lld: row %lld differs", isas[ii],

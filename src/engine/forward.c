@@ -21,7 +21,7 @@
 #include "engine/quant.h"
 
 #define UBATCH 256
-/* Positions whose keys attention gathers and scores at a time (a multiple of KV_BLOCK). */
+/* Positions attention scores per kernel call (a multiple of KV_BLOCK). */
 #define ATT_KEY_BLOCK 512
 #define ATT_V_SPAN 64 /* value rows summed per axpy_rows call (a stack array of pointers) */
 #define ATT_Q_ROWS 16 /* query heads of a kv head scored per call */
@@ -31,9 +31,8 @@ struct fwd_ctx {
     int64_t max_ctx;
     int n_threads;
     float *x, *xn, *q, *k, *v, *att, *gate, *up, *rope_cos, *rope_sin;
-    float *scores;  /* [n_threads][group][max_ctx] */
-    float *kgather; /* [n_threads][head_dim][ATT_KEY_BLOCK]: keys gathered from blocks */
-    void *qbuf;     /* prepared activations: UBATCH rows of the widest input */
+    float *scores; /* [n_threads][group][max_ctx] */
+    void *qbuf;    /* prepared activations: UBATCH rows of the widest input */
     size_t qbuf_row;
     const struct lora_adapter *lora; /* borrowed; NULL = none */
     float *lora_tmp;                 /* [UBATCH][rank] */
@@ -88,17 +87,14 @@ void fwd_ctx_set_threads(struct fwd_ctx *c, int n_threads)
     const int64_t group = c->m->hp.n_head / c->m->hp.n_head_kv;
     c->scores =
         af_xmalloc((size_t)c->n_threads * (size_t)group * (size_t)c->max_ctx * sizeof(float));
-    free(c->kgather);
-    c->kgather = af_xmalloc((size_t)c->n_threads * (size_t)c->m->hp.head_dim * ATT_KEY_BLOCK *
-                            sizeof(float));
 }
 
 void fwd_ctx_free(struct fwd_ctx *c)
 {
     if (!c)
         return;
-    float *bufs[] = {c->x,    c->xn, c->q,      c->k,        c->v,        c->att,
-                     c->gate, c->up, c->scores, c->rope_cos, c->rope_sin, c->kgather};
+    float *bufs[] = {c->x,    c->xn, c->q,      c->k,        c->v,       c->att,
+                     c->gate, c->up, c->scores, c->rope_cos, c->rope_sin};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         free(bufs[i]);
     free(c->qbuf);
@@ -255,31 +251,12 @@ static void rope_apply(const struct fwd_ctx *c, float *x, int64_t n_heads, int64
         }
 }
 
-/* Copies the keys of positions [t0, t0 + len) of s (layer il, dims c0..c0+hd) out of their
- * blocks into kg, [hd][ATT_KEY_BLOCK]: the score loop then runs over one contiguous row per
- * dimension, as it would over one long array. t0 is a multiple of KV_BLOCK. */
-static void gather_keys(const struct kv_seq *s, int64_t il, int64_t c0, int64_t hd, int64_t t0,
-                        int64_t len, float *kg)
-{
-    for (int64_t t = t0; t < t0 + len; t += KV_BLOCK) {
-        const float *K = kv_block_k(s->pool, s->blocks[t / KV_BLOCK], il) + c0 * KV_BLOCK;
-        float *dst = kg + (t - t0);
-        if (t0 + len - t >= KV_BLOCK) {
-            for (int64_t i = 0; i < hd; i++)
-                memcpy(dst + i * ATT_KEY_BLOCK, K + i * KV_BLOCK, KV_BLOCK * sizeof(float));
-        } else {
-            const size_t n = (size_t)(t0 + len - t) * sizeof(float);
-            for (int64_t i = 0; i < hd; i++)
-                memcpy(dst + i * ATT_KEY_BLOCK, K + i * KV_BLOCK, n);
-        }
-    }
-}
-
 /* Causal attention of nb new tokens (positions pos0..) over the sequence's cached keys. One work
- * item is a (token, kv head) pair: its `group` query heads share each loaded row of keys, in
- * spans of ATT_KEY_BLOCK positions so the rows and the scores stay in L1. Each score still sums
- * q[i] * k[i] in order of i, as a scalar loop would; the vector lanes run over positions (and
- * since axpy rounds each lane alike, where a span or block starts does not change a bit). */
+ * item is a (token, kv head) pair: its `group` query heads share each key the scores kernel
+ * loads straight from the KV blocks (a block is [dim][16 positions]: one vector per dimension),
+ * ATT_KEY_BLOCK positions per call. Each score still sums q[i] * k[i] in order of i, as a
+ * scalar loop would; the vector lanes run over positions (and since every lane rounds alike,
+ * where a span or block starts does not change a bit). */
 static void attention(struct fwd_ctx *c, int64_t il, int64_t nb)
 {
     const struct model_hparams *hp = &c->m->hp;
@@ -295,11 +272,14 @@ static void attention(struct fwd_ctx *c, int64_t il, int64_t nb)
             const struct kv_seq *s = c->row_seq[j];
             const int tid = omp_get_thread_num();
             float *sc0 = c->scores + (size_t)tid * (size_t)(group * c->max_ctx);
-            float *kg = c->kgather + (size_t)tid * (size_t)(hd * ATT_KEY_BLOCK);
             const int64_t n_keys = c->row_pos[j] + 1;
+            /* The keys straight from their blocks, ATT_KEY_BLOCK positions per call. */
+            const float *kb[ATT_KEY_BLOCK / KV_BLOCK];
             for (int64_t t0 = 0; t0 < n_keys; t0 += ATT_KEY_BLOCK) {
                 const int64_t len = n_keys - t0 < ATT_KEY_BLOCK ? n_keys - t0 : ATT_KEY_BLOCK;
-                gather_keys(s, il, kvh * hd, hd, t0, len, kg);
+                for (int64_t b = 0; b * KV_BLOCK < len; b++)
+                    kb[b] =
+                        kv_block_k(s->pool, s->blocks[t0 / KV_BLOCK + b], il) + kvh * hd * KV_BLOCK;
                 for (int64_t g0 = 0; g0 < group; g0 += ATT_Q_ROWS) {
                     const int64_t ng = group - g0 < ATT_Q_ROWS ? group - g0 : ATT_Q_ROWS;
                     const float *qs[ATT_Q_ROWS];
@@ -308,7 +288,7 @@ static void attention(struct fwd_ctx *c, int64_t il, int64_t nb)
                         qs[g] = c->q + (j * nh + kvh * group + g0 + g) * hd;
                         ss[g] = sc0 + (g0 + g) * c->max_ctx + t0;
                     }
-                    scores(len, hd, ng, qs, kg, ATT_KEY_BLOCK, ss);
+                    scores(len, hd, ng, qs, kb, ss);
                 }
             }
             for (int64_t g = 0; g < group; g++) {

@@ -98,11 +98,13 @@ typedef void (*quant_axpy_rows_fn)(int64_t len, int64_t n, const float *a, const
                                    float *y);
 quant_axpy_rows_fn quant_axpy_rows_kernel(void);
 
-/* Attention scores: sc[g][t] = sum over i < hd of q[g][i] * k[i * ldk + t], for g < ng rows and
- * t < len, each term a multiply then an add onto the sum so far, i in order from +0: the bits of
- * memset(sc, 0) and hd * ng quant_axpy calls, with the sums held in registers across i. */
+/* Attention scores straight from the KV blocks: sc[g][t] = sum over i < hd of
+ * q[g][i] * kb[t / 16][i * 16 + t % 16], for g < ng rows and t < len, each term a multiply then
+ * an add onto the sum so far, i in order from +0 (the bits of memset(sc, 0) and hd * ng
+ * quant_axpy calls), with the sums held in registers across i. kb[b] holds the keys of
+ * positions 16b .. 16b + 15 as [hd][16] (a KV block's layout); lanes past len are not read. */
 typedef void (*quant_scores_fn)(int64_t len, int64_t hd, int64_t ng, const float *const *q,
-                                const float *k, int64_t ldk, float *const *sc);
+                                const float *const *kb, float *const *sc);
 quant_scores_fn quant_scores_kernel(void);
 
 /* Kernel selection. "ref", "avx2", "avx512" (VNNI); "auto" = the best this CPU runs.

@@ -845,40 +845,69 @@ AF_TARGET_AVX2 static void axpy_rows_avx2(int64_t len, int64_t n, const float *a
             axpy_avx2(len - i, a[t], xs[t] + i, y + i);
 }
 
-/* Up to 4 query rows x 32 positions in registers (16 accumulators) across all of i. */
-AF_TARGET_AVX2 static AF_INLINE void scores_tile_avx2(int nr, int nv, int64_t hd,
-                                                      const float *const *q, const float *k,
-                                                      int64_t ldk, float *const *sc, int64_t t0)
+/* Up to 4 query rows x nb (<= 2) blocks of 16 positions in registers (16 accumulators) across
+ * all of i; the lanes of the last block past n16 (1..16) are neither read nor written. */
+AF_TARGET_AVX2 static AF_INLINE void scores_tile_avx2(int nr, int nb, int64_t hd,
+                                                      const float *const *q, const float *const *kb,
+                                                      float *const *sc, int64_t t0, int n16)
 {
     __m256 acc[4][4];
+    __m256i mask[2];
+    for (int h = 0; h < 2; h++) {
+        const int n = n16 - 8 * h < 0 ? 0 : n16 - 8 * h > 8 ? 8 : n16 - 8 * h;
+        mask[h] =
+            _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    }
 #pragma GCC unroll 4
     for (int r = 0; r < nr; r++)
 #pragma GCC unroll 4
-        for (int v = 0; v < nv; v++)
+        for (int v = 0; v < 2 * nb; v++)
             acc[r][v] = _mm256_setzero_ps();
     for (int64_t i = 0; i < hd; i++) {
-        const float *kr = k + i * ldk + t0;
         __m256 kv[4];
 #pragma GCC unroll 4
-        for (int v = 0; v < nv; v++)
-            kv[v] = _mm256_loadu_ps(kr + 8 * v);
+        for (int v = 0; v < 2 * nb; v++) {
+            const float *kr = kb[v / 2] + i * 16 + 8 * (v % 2);
+            kv[v] = v / 2 == nb - 1 ? _mm256_maskload_ps(kr, mask[v % 2]) : _mm256_loadu_ps(kr);
+        }
 #pragma GCC unroll 4
         for (int r = 0; r < nr; r++) {
             const __m256 qb = _mm256_set1_ps(q[r][i]);
 #pragma GCC unroll 4
-            for (int v = 0; v < nv; v++)
+            for (int v = 0; v < 2 * nb; v++)
                 acc[r][v] = _mm256_add_ps(acc[r][v], _mm256_mul_ps(qb, kv[v]));
         }
     }
 #pragma GCC unroll 4
     for (int r = 0; r < nr; r++)
 #pragma GCC unroll 4
-        for (int v = 0; v < nv; v++)
-            _mm256_storeu_ps(sc[r] + t0 + 8 * v, acc[r][v]);
+        for (int v = 0; v < 2 * nb; v++) {
+            float *o = sc[r] + t0 + 8 * v;
+            if (v / 2 == nb - 1)
+                _mm256_maskstore_ps(o, mask[v % 2], acc[r][v]);
+            else
+                _mm256_storeu_ps(o, acc[r][v]);
+        }
 }
 
+#define SCORES_ROWS(nb, n16)                                                                       \
+    switch (nr) {                                                                                  \
+    case 1:                                                                                        \
+        scores_tile_avx2(1, nb, hd, qg, kb + t / 16, sg, t, n16);                                  \
+        break;                                                                                     \
+    case 2:                                                                                        \
+        scores_tile_avx2(2, nb, hd, qg, kb + t / 16, sg, t, n16);                                  \
+        break;                                                                                     \
+    case 3:                                                                                        \
+        scores_tile_avx2(3, nb, hd, qg, kb + t / 16, sg, t, n16);                                  \
+        break;                                                                                     \
+    default:                                                                                       \
+        scores_tile_avx2(4, nb, hd, qg, kb + t / 16, sg, t, n16);                                  \
+        break;                                                                                     \
+    }
+
 AF_TARGET_AVX2 static void scores_avx2(int64_t len, int64_t hd, int64_t ng, const float *const *q,
-                                       const float *k, int64_t ldk, float *const *sc)
+                                       const float *const *kb, float *const *sc)
 {
     for (int64_t g0 = 0; g0 < ng; g0 += 4) {
         const int nr = ng - g0 < 4 ? (int)(ng - g0) : 4;
@@ -886,44 +915,14 @@ AF_TARGET_AVX2 static void scores_avx2(int64_t len, int64_t hd, int64_t ng, cons
         float *const *sg = sc + g0;
         int64_t t = 0;
         for (; t + 32 <= len; t += 32)
-            switch (nr) {
-            case 1:
-                scores_tile_avx2(1, 4, hd, qg, k, ldk, sg, t);
-                break;
-            case 2:
-                scores_tile_avx2(2, 4, hd, qg, k, ldk, sg, t);
-                break;
-            case 3:
-                scores_tile_avx2(3, 4, hd, qg, k, ldk, sg, t);
-                break;
-            default:
-                scores_tile_avx2(4, 4, hd, qg, k, ldk, sg, t);
-                break;
-            }
-        for (; t + 8 <= len; t += 8)
-            switch (nr) {
-            case 1:
-                scores_tile_avx2(1, 1, hd, qg, k, ldk, sg, t);
-                break;
-            case 2:
-                scores_tile_avx2(2, 1, hd, qg, k, ldk, sg, t);
-                break;
-            case 3:
-                scores_tile_avx2(3, 1, hd, qg, k, ldk, sg, t);
-                break;
-            default:
-                scores_tile_avx2(4, 1, hd, qg, k, ldk, sg, t);
-                break;
-            }
-        for (; t < len; t++)
-            for (int r = 0; r < nr; r++) {
-                float a = 0;
-                for (int64_t i = 0; i < hd; i++)
-                    a += qg[r][i] * k[i * ldk + t];
-                sg[r][t] = a;
-            }
+            SCORES_ROWS(2, 16)
+        for (; t < len; t += 16) {
+            const int n16 = len - t >= 16 ? 16 : (int)(len - t);
+            SCORES_ROWS(1, n16)
+        }
     }
 }
+#undef SCORES_ROWS
 
 const struct quant_kernels quant_kernels_avx2 = {
     .name = "avx2",

@@ -630,63 +630,62 @@ AF_TARGET_AVX512 static void axpy_rows_avx512(int64_t len, int64_t n, const floa
     }
 }
 
-/* Up to 4 query rows x 64 positions in registers (16 accumulators) across all of i; the last
- * vector of a row may be partial (mask: its lanes past len are neither read nor written). */
-AF_TARGET_AVX512 static AF_INLINE void scores_tile_avx512(int nr, int nv, int64_t hd,
-                                                          const float *const *q, const float *k,
-                                                          int64_t ldk, float *const *sc, int64_t t0,
-                                                          __mmask16 last)
+/* Up to 4 query rows x nb (<= 4) blocks of 16 positions in registers (16 accumulators) across
+ * all of i; the lanes of the last block outside `last` are neither read nor written. */
+AF_TARGET_AVX512 static AF_INLINE void scores_tile_avx512(int nr, int nb, int64_t hd,
+                                                          const float *const *q,
+                                                          const float *const *kb, float *const *sc,
+                                                          int64_t t0, __mmask16 last)
 {
     __m512 acc[4][4];
 #pragma GCC unroll 4
     for (int r = 0; r < nr; r++)
 #pragma GCC unroll 4
-        for (int v = 0; v < nv; v++)
+        for (int v = 0; v < nb; v++)
             acc[r][v] = _mm512_setzero_ps();
     for (int64_t i = 0; i < hd; i++) {
-        const float *kr = k + i * ldk + t0;
         __m512 kv[4];
 #pragma GCC unroll 4
-        for (int v = 0; v < nv; v++)
-            kv[v] = v == nv - 1 ? _mm512_maskz_loadu_ps(last, kr + 16 * v)
-                                : _mm512_loadu_ps(kr + 16 * v);
+        for (int v = 0; v < nb; v++)
+            kv[v] = v == nb - 1 ? _mm512_maskz_loadu_ps(last, kb[v] + i * 16)
+                                : _mm512_loadu_ps(kb[v] + i * 16);
 #pragma GCC unroll 4
         for (int r = 0; r < nr; r++) {
             const __m512 qb = _mm512_set1_ps(q[r][i]);
 #pragma GCC unroll 4
-            for (int v = 0; v < nv; v++)
+            for (int v = 0; v < nb; v++)
                 acc[r][v] = _mm512_add_ps(acc[r][v], _mm512_mul_ps(qb, kv[v]));
         }
     }
 #pragma GCC unroll 4
     for (int r = 0; r < nr; r++)
 #pragma GCC unroll 4
-        for (int v = 0; v < nv; v++) {
-            if (v == nv - 1)
+        for (int v = 0; v < nb; v++) {
+            if (v == nb - 1)
                 _mm512_mask_storeu_ps(sc[r] + t0 + 16 * v, last, acc[r][v]);
             else
                 _mm512_storeu_ps(sc[r] + t0 + 16 * v, acc[r][v]);
         }
 }
 
-#define SCORES_ROWS(nv, last)                                                                      \
+#define SCORES_ROWS(nb, last)                                                                      \
     switch (nr) {                                                                                  \
     case 1:                                                                                        \
-        scores_tile_avx512(1, nv, hd, qg, k, ldk, sg, t, last);                                    \
+        scores_tile_avx512(1, nb, hd, qg, kb + t / 16, sg, t, last);                               \
         break;                                                                                     \
     case 2:                                                                                        \
-        scores_tile_avx512(2, nv, hd, qg, k, ldk, sg, t, last);                                    \
+        scores_tile_avx512(2, nb, hd, qg, kb + t / 16, sg, t, last);                               \
         break;                                                                                     \
     case 3:                                                                                        \
-        scores_tile_avx512(3, nv, hd, qg, k, ldk, sg, t, last);                                    \
+        scores_tile_avx512(3, nb, hd, qg, kb + t / 16, sg, t, last);                               \
         break;                                                                                     \
     default:                                                                                       \
-        scores_tile_avx512(4, nv, hd, qg, k, ldk, sg, t, last);                                    \
+        scores_tile_avx512(4, nb, hd, qg, kb + t / 16, sg, t, last);                               \
         break;                                                                                     \
     }
 
 AF_TARGET_AVX512 static void scores_avx512(int64_t len, int64_t hd, int64_t ng,
-                                           const float *const *q, const float *k, int64_t ldk,
+                                           const float *const *q, const float *const *kb,
                                            float *const *sc)
 {
     for (int64_t g0 = 0; g0 < ng; g0 += 4) {

@@ -927,14 +927,16 @@ static void axpy_rows_ref(int64_t len, int64_t n, const float *a, const float *c
         axpy_ref(len, a[t], xs[t], y);
 }
 
-static void scores_ref(int64_t len, int64_t hd, int64_t ng, const float *const *q, const float *k,
-                       int64_t ldk, float *const *sc)
+static void scores_ref(int64_t len, int64_t hd, int64_t ng, const float *const *q,
+                       const float *const *kb, float *const *sc)
 {
     for (int64_t g = 0; g < ng; g++)
-        memset(sc[g], 0, (size_t)len * sizeof(float));
-    for (int64_t i = 0; i < hd; i++)
-        for (int64_t g = 0; g < ng; g++)
-            axpy_ref(len, q[g][i], k + i * ldk, sc[g]);
+        for (int64_t t = 0; t < len; t++) {
+            float a = 0;
+            for (int64_t i = 0; i < hd; i++)
+                a += q[g][i] * kb[t / 16][i * 16 + t % 16];
+            sc[g][t] = a;
+        }
 }
 
 const struct quant_kernels quant_kernels_ref = {
