@@ -706,34 +706,43 @@ static void test_axpy_isas(void **state)
         quant_axpy(203, 0.3712f, x, y1);
         assert_memory_equal(y0, y1, sizeof y0);
     }
-    /* axpy_rows: the bits of a loop of axpy calls, on every ISA, for lengths that take each
-     * kernel's wide, narrow and scalar parts */
-    static const int64_t lens[] = {1, 15, 16, 64, 80, 128, 203};
+    /* axpy_rows: the bits of a loop of axpy calls per row, on every ISA, for lengths that
+     * take each kernel's wide, narrow and scalar parts and 1..5 rows */
+    static const int64_t lens[] = {1, 15, 16, 64, 80, 128, 196};
     static const char *isas[] = {"ref", "avx2", "avx512"};
-    float a[7];
-    const float *xs[7];
-    for (int t = 0; t < 7; t++) {
-        a[t] = 0.25f + 0.1371f * (float)t;
+    float coef[5][7];
+    const float *xs[7], *a[5];
+    for (int t = 0; t < 7; t++)
         xs[t] = x + t;
-    }
-    for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
-        const int64_t len = lens[li] + 7 > 203 ? 196 : lens[li];
-        float want[203], got[203];
-        for (int i = 0; i < 203; i++)
-            want[i] = (float)((i * 11) % 53) / 3.0f;
-        memcpy(got, want, sizeof got);
-        assert_int_equal(quant_set_isa("ref"), 0);
+    for (int r = 0; r < 5; r++) {
         for (int t = 0; t < 7; t++)
-            quant_axpy(len, a[t], xs[t], want);
-        for (size_t ii = 0; ii < 3; ii++) {
-            if (quant_set_isa(isas[ii]) != 0)
-                continue;
-            float y[203];
-            memcpy(y, got, sizeof y);
-            quant_axpy_rows_kernel()(len, 7, a, xs, y);
-            assert_memory_equal(want, y, sizeof y);
-        }
+            coef[r][t] = 0.25f + 0.1371f * (float)t - 0.093f * (float)r;
+        a[r] = coef[r];
     }
+    for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++)
+        for (int64_t ng = 1; ng <= 5; ng += 2) {
+            const int64_t len = lens[li];
+            static float want[5][203], start[5][203], got[5][203];
+            float *y[5];
+            for (int r = 0; r < 5; r++) {
+                for (int i = 0; i < 203; i++)
+                    start[r][i] = (float)((i * 11 + r) % 53) / 3.0f;
+                memcpy(want[r], start[r], sizeof want[r]);
+                y[r] = got[r];
+            }
+            assert_int_equal(quant_set_isa("ref"), 0);
+            for (int64_t r = 0; r < ng; r++)
+                for (int t = 0; t < 7; t++)
+                    quant_axpy(len, a[r][t], xs[t], want[r]);
+            for (size_t ii = 0; ii < 3; ii++) {
+                if (quant_set_isa(isas[ii]) != 0)
+                    continue;
+                memcpy(got, start, sizeof got);
+                quant_axpy_rows_kernel()(len, 7, ng, a, xs, y);
+                for (int64_t r = 0; r < ng; r++)
+                    assert_memory_equal(want[r], got[r], sizeof want[r]);
+            }
+        }
     assert_int_equal(quant_set_isa("auto"), 0);
 }
 

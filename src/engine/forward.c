@@ -291,31 +291,42 @@ static void attention(struct fwd_ctx *c, int64_t il, int64_t nb)
                     scores(len, hd, ng, qs, kb, ss);
                 }
             }
-            for (int64_t g = 0; g < group; g++) {
-                float *sc = sc0 + g * c->max_ctx;
-                float mx = -INFINITY;
-                for (int64_t t = 0; t < n_keys; t++) {
-                    sc[t] *= scale;
-                    mx = sc[t] > mx ? sc[t] : mx;
+            for (int64_t g0 = 0; g0 < group; g0 += ATT_Q_ROWS) {
+                const int64_t ng = group - g0 < ATT_Q_ROWS ? group - g0 : ATT_Q_ROWS;
+                float inv[ATT_Q_ROWS], *o[ATT_Q_ROWS];
+                const float *a[ATT_Q_ROWS];
+                for (int64_t g = 0; g < ng; g++) {
+                    float *sc = sc0 + (g0 + g) * c->max_ctx;
+                    float mx = -INFINITY;
+                    for (int64_t t = 0; t < n_keys; t++) {
+                        sc[t] *= scale;
+                        mx = sc[t] > mx ? sc[t] : mx;
+                    }
+                    double sum = 0;
+                    for (int64_t t = 0; t < n_keys; t++) {
+                        sc[t] = expf(sc[t] - mx);
+                        sum += (double)sc[t];
+                    }
+                    inv[g] = (float)(1.0 / sum);
+                    o[g] = c->att + (j * nh + kvh * group + g0 + g) * hd;
+                    memset(o[g], 0, (size_t)hd * sizeof(float));
                 }
-                double sum = 0;
-                for (int64_t t = 0; t < n_keys; t++) {
-                    sc[t] = expf(sc[t] - mx);
-                    sum += (double)sc[t];
-                }
-                const float inv = (float)(1.0 / sum);
-                float *o = c->att + (j * nh + kvh * group + g) * hd;
-                memset(o, 0, (size_t)hd * sizeof *o);
-                /* The value rows in spans: o stays in registers across a span's terms. */
+                /* The value rows in spans, each loaded once for the ng heads, whose outputs
+                 * stay in registers across a span's terms. */
                 const float *vrows[ATT_V_SPAN];
                 for (int64_t t0 = 0; t0 < n_keys; t0 += ATT_V_SPAN) {
                     const int64_t len = n_keys - t0 < ATT_V_SPAN ? n_keys - t0 : ATT_V_SPAN;
                     for (int64_t t = t0; t < t0 + len; t++) {
                         const float *V = kv_block_v(s->pool, s->blocks[t / KV_BLOCK], il);
                         vrows[t - t0] = V + (t % KV_BLOCK) * kvd + kvh * hd;
-                        sc[t] *= inv;
                     }
-                    axpy_rows(hd, len, sc + t0, vrows, o);
+                    for (int64_t g = 0; g < ng; g++) {
+                        float *sc = sc0 + (g0 + g) * c->max_ctx;
+                        for (int64_t t = t0; t < t0 + len; t++)
+                            sc[t] *= inv[g];
+                        a[g] = sc + t0;
+                    }
+                    axpy_rows(hd, len, ng, a, vrows, o);
                 }
             }
         }

@@ -91,11 +91,12 @@ void quant_axpy(int64_t n, float a, const float *x, float *y);
 typedef void (*quant_axpy_fn)(int64_t n, float a, const float *x, float *y);
 quant_axpy_fn quant_axpy_kernel(void);
 
-/* y[i] += a[t] * xs[t][i] for t = 0 .. n - 1 in order, each term a multiply then an add: the
- * bits of n quant_axpy calls, with y held in registers across the terms. Attention's sum of
- * value rows, whose rows sit in different KV blocks. */
-typedef void (*quant_axpy_rows_fn)(int64_t len, int64_t n, const float *a, const float *const *xs,
-                                   float *y);
+/* y[r][i] += a[r][t] * xs[t][i] for rows r < ng, i < len, t = 0 .. n - 1 in order, each term
+ * a multiply then an add: the bits of n quant_axpy calls per row, with the rows held in
+ * registers across the terms and each xs row loaded once for all of them. Attention's sum of
+ * value rows (which sit in different KV blocks) for the query heads of one kv head. */
+typedef void (*quant_axpy_rows_fn)(int64_t len, int64_t n, int64_t ng, const float *const *a,
+                                   const float *const *xs, float *const *y);
 quant_axpy_rows_fn quant_axpy_rows_kernel(void);
 
 /* Attention scores straight from the KV blocks: sc[g][t] = sum over i < hd of

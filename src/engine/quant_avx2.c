@@ -819,31 +819,72 @@ AF_TARGET_AVX2 static void axpy_avx2(int64_t n, float a, const float *x, float *
         y[i] += a * x[i];
 }
 
-/* y in registers, 64 floats at a time, across all n terms. */
-AF_TARGET_AVX2 static void axpy_rows_avx2(int64_t len, int64_t n, const float *a,
-                                          const float *const *xs, float *y)
+/* Up to 4 rows x nv (<= 4) vectors of y in registers across all n terms. */
+AF_TARGET_AVX2 static AF_INLINE void axr_tile_avx2(int nr, int nv, int64_t n, const float *const *a,
+                                                   const float *const *xs, float *const *y,
+                                                   int64_t i0)
 {
-    int64_t i = 0;
-    for (; i + 64 <= len; i += 64) {
-        __m256 acc[8];
-#pragma GCC unroll 8
-        for (int v = 0; v < 8; v++)
-            acc[v] = _mm256_loadu_ps(y + i + 8 * v);
-        for (int64_t t = 0; t < n; t++) {
-            const __m256 va = _mm256_set1_ps(a[t]);
-            const float *x = xs[t] + i;
-#pragma GCC unroll 8
-            for (int v = 0; v < 8; v++)
-                acc[v] = _mm256_add_ps(acc[v], _mm256_mul_ps(va, _mm256_loadu_ps(x + 8 * v)));
+    __m256 acc[4][4];
+#pragma GCC unroll 4
+    for (int r = 0; r < nr; r++)
+#pragma GCC unroll 4
+        for (int v = 0; v < nv; v++)
+            acc[r][v] = _mm256_loadu_ps(y[r] + i0 + 8 * v);
+    for (int64_t t = 0; t < n; t++) {
+        __m256 xv[4];
+#pragma GCC unroll 4
+        for (int v = 0; v < nv; v++)
+            xv[v] = _mm256_loadu_ps(xs[t] + i0 + 8 * v);
+#pragma GCC unroll 4
+        for (int r = 0; r < nr; r++) {
+            const __m256 ab = _mm256_set1_ps(a[r][t]);
+#pragma GCC unroll 4
+            for (int v = 0; v < nv; v++)
+                acc[r][v] = _mm256_add_ps(acc[r][v], _mm256_mul_ps(ab, xv[v]));
         }
-#pragma GCC unroll 8
-        for (int v = 0; v < 8; v++)
-            _mm256_storeu_ps(y + i + 8 * v, acc[v]);
     }
-    if (i < len)
-        for (int64_t t = 0; t < n; t++)
-            axpy_avx2(len - i, a[t], xs[t] + i, y + i);
+#pragma GCC unroll 4
+    for (int r = 0; r < nr; r++)
+#pragma GCC unroll 4
+        for (int v = 0; v < nv; v++)
+            _mm256_storeu_ps(y[r] + i0 + 8 * v, acc[r][v]);
 }
+
+#define AXR_ROWS(nv)                                                                               \
+    switch (nr) {                                                                                  \
+    case 1:                                                                                        \
+        axr_tile_avx2(1, nv, n, ar, xs, yr, i);                                                    \
+        break;                                                                                     \
+    case 2:                                                                                        \
+        axr_tile_avx2(2, nv, n, ar, xs, yr, i);                                                    \
+        break;                                                                                     \
+    case 3:                                                                                        \
+        axr_tile_avx2(3, nv, n, ar, xs, yr, i);                                                    \
+        break;                                                                                     \
+    default:                                                                                       \
+        axr_tile_avx2(4, nv, n, ar, xs, yr, i);                                                    \
+        break;                                                                                     \
+    }
+
+AF_TARGET_AVX2 static void axpy_rows_avx2(int64_t len, int64_t n, int64_t ng, const float *const *a,
+                                          const float *const *xs, float *const *y)
+{
+    for (int64_t r0 = 0; r0 < ng; r0 += 4) {
+        const int nr = ng - r0 < 4 ? (int)(ng - r0) : 4;
+        const float *const *ar = a + r0;
+        float *const *yr = y + r0;
+        int64_t i = 0;
+        for (; i + 32 <= len; i += 32)
+            AXR_ROWS(4)
+        for (; i + 8 <= len; i += 8)
+            AXR_ROWS(1)
+        for (int r = 0; r < nr; r++)
+            for (int64_t t = 0; t < n; t++)
+                for (int64_t l = i; l < len; l++)
+                    yr[r][l] += ar[r][t] * xs[t][l];
+    }
+}
+#undef AXR_ROWS
 
 /* Up to 4 query rows x nb (<= 2) blocks of 16 positions in registers (16 accumulators) across
  * all of i; the lanes of the last block past n16 (1..16) are neither read nor written. */

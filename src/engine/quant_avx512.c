@@ -593,42 +593,75 @@ AF_TARGET_AVX512 static void matmul_q4_0(const void *W, size_t wbytes, int64_t k
     matmul_t(GGML_TYPE_Q4_0, W, wbytes, k, X, xbytes, m, out, ldo, r0, r1);
 }
 
-/* y in registers, 128 floats at a time (64 in the tail loop), across all n terms; a multiply,
- * then an add, as every ISA's axpy. */
-AF_TARGET_AVX512 static void axpy_rows_avx512(int64_t len, int64_t n, const float *a,
-                                              const float *const *xs, float *y)
+/* Up to 4 rows x nv (<= 4) vectors of y in registers across all n terms; a multiply, then an
+ * add, as every ISA's axpy. */
+AF_TARGET_AVX512 static AF_INLINE void axr_tile_avx512(int nr, int nv, int64_t n,
+                                                       const float *const *a,
+                                                       const float *const *xs, float *const *y,
+                                                       int64_t i0)
 {
-    int64_t i = 0;
-    for (; i + 64 <= len; i += 64) {
-        __m512 acc[4];
+    __m512 acc[4][4];
 #pragma GCC unroll 4
-        for (int v = 0; v < 4; v++)
-            acc[v] = _mm512_loadu_ps(y + i + 16 * v);
-        for (int64_t t = 0; t < n; t++) {
-            const __m512 va = _mm512_set1_ps(a[t]);
-            const float *x = xs[t] + i;
+    for (int r = 0; r < nr; r++)
 #pragma GCC unroll 4
-            for (int v = 0; v < 4; v++)
-                acc[v] = _mm512_add_ps(acc[v], _mm512_mul_ps(va, _mm512_loadu_ps(x + 16 * v)));
+        for (int v = 0; v < nv; v++)
+            acc[r][v] = _mm512_loadu_ps(y[r] + i0 + 16 * v);
+    for (int64_t t = 0; t < n; t++) {
+        __m512 xv[4];
+#pragma GCC unroll 4
+        for (int v = 0; v < nv; v++)
+            xv[v] = _mm512_loadu_ps(xs[t] + i0 + 16 * v);
+#pragma GCC unroll 4
+        for (int r = 0; r < nr; r++) {
+            const __m512 ab = _mm512_set1_ps(a[r][t]);
+#pragma GCC unroll 4
+            for (int v = 0; v < nv; v++)
+                acc[r][v] = _mm512_add_ps(acc[r][v], _mm512_mul_ps(ab, xv[v]));
         }
+    }
 #pragma GCC unroll 4
-        for (int v = 0; v < 4; v++)
-            _mm512_storeu_ps(y + i + 16 * v, acc[v]);
+    for (int r = 0; r < nr; r++)
+#pragma GCC unroll 4
+        for (int v = 0; v < nv; v++)
+            _mm512_storeu_ps(y[r] + i0 + 16 * v, acc[r][v]);
+}
+
+#define AXR_ROWS(nv)                                                                               \
+    switch (nr) {                                                                                  \
+    case 1:                                                                                        \
+        axr_tile_avx512(1, nv, n, ar, xs, yr, i);                                                  \
+        break;                                                                                     \
+    case 2:                                                                                        \
+        axr_tile_avx512(2, nv, n, ar, xs, yr, i);                                                  \
+        break;                                                                                     \
+    case 3:                                                                                        \
+        axr_tile_avx512(3, nv, n, ar, xs, yr, i);                                                  \
+        break;                                                                                     \
+    default:                                                                                       \
+        axr_tile_avx512(4, nv, n, ar, xs, yr, i);                                                  \
+        break;                                                                                     \
     }
-    for (; i + 16 <= len; i += 16) {
-        __m512 acc = _mm512_loadu_ps(y + i);
-        for (int64_t t = 0; t < n; t++)
-            acc =
-                _mm512_add_ps(acc, _mm512_mul_ps(_mm512_set1_ps(a[t]), _mm512_loadu_ps(xs[t] + i)));
-        _mm512_storeu_ps(y + i, acc);
-    }
-    for (; i < len; i++) {
-        float acc = y[i];
-        for (int64_t t = 0; t < n; t++)
-            acc += a[t] * xs[t][i];
-        y[i] = acc;
+
+AF_TARGET_AVX512 static void axpy_rows_avx512(int64_t len, int64_t n, int64_t ng,
+                                              const float *const *a, const float *const *xs,
+                                              float *const *y)
+{
+    for (int64_t r0 = 0; r0 < ng; r0 += 4) {
+        const int nr = ng - r0 < 4 ? (int)(ng - r0) : 4;
+        const float *const *ar = a + r0;
+        float *const *yr = y + r0;
+        int64_t i = 0;
+        for (; i + 64 <= len; i += 64)
+            AXR_ROWS(4)
+        for (; i + 16 <= len; i += 16)
+            AXR_ROWS(1)
+        for (int r = 0; r < nr; r++)
+            for (int64_t t = 0; t < n; t++)
+                for (int64_t l = i; l < len; l++)
+                    yr[r][l] += ar[r][t] * xs[t][l];
     }
 }
+#undef AXR_ROWS
 
 /* Up to 4 query rows x nb (<= 4) blocks of 16 positions in registers (16 accumulators) across
  * all of i; the lanes of the last block outside `last` are neither read nor written. */

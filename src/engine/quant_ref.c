@@ -921,10 +921,12 @@ static void axpy_ref(int64_t n, float a, const float *x, float *y)
         y[i] += a * x[i];
 }
 
-static void axpy_rows_ref(int64_t len, int64_t n, const float *a, const float *const *xs, float *y)
+static void axpy_rows_ref(int64_t len, int64_t n, int64_t ng, const float *const *a,
+                          const float *const *xs, float *const *y)
 {
-    for (int64_t t = 0; t < n; t++)
-        axpy_ref(len, a[t], xs[t], y);
+    for (int64_t r = 0; r < ng; r++)
+        for (int64_t t = 0; t < n; t++)
+            axpy_ref(len, a[r][t], xs[t], y[r]);
 }
 
 static void scores_ref(int64_t len, int64_t hd, int64_t ng, const float *const *q,
