@@ -293,7 +293,7 @@ static void attention(struct fwd_ctx *c, int64_t il, int64_t nb)
             }
             for (int64_t g0 = 0; g0 < group; g0 += ATT_Q_ROWS) {
                 const int64_t ng = group - g0 < ATT_Q_ROWS ? group - g0 : ATT_Q_ROWS;
-                float inv[ATT_Q_ROWS], *o[ATT_Q_ROWS];
+                float inv[ATT_Q_ROWS] = {0}, *o[ATT_Q_ROWS] = {0};
                 const float *a[ATT_Q_ROWS];
                 for (int64_t g = 0; g < ng; g++) {
                     float *sc = sc0 + (g0 + g) * c->max_ctx;
