@@ -22,6 +22,7 @@
 #   N [8] queries; CONCURRENCY ["1 8"] (spaces or commas); THREADS [2]; MAX_TOKENS [48];
 #   MAX_STEPS [2]; DRAFT [8]; CTX [4096] tokens per server sequence; KV_TYPE [F16] the
 #   server's KV cache type (llama.cpp's default; F32 is what our engine keeps);
+#   LLAMACPP [1] 0 skips the llama.cpp side (the in-process runs alone, to compare builds);
 #   NLC_DIR [build/llamacpp] the folder whose node_modules holds node-llama-cpp (.ci/run);
 #   MODEL [build/bench-agent/qwen2.5-0.5b-q8_0.gguf] made when missing with
 #   `model make-random --shape qwen2.5-0.5b --type Q8_0 --seed 1 --vocab-from VOCAB`;
@@ -40,6 +41,7 @@ MAX_STEPS=${MAX_STEPS:-2}
 DRAFT=${DRAFT:-8}
 CTX=${CTX:-4096}
 KV_TYPE=${KV_TYPE:-F16}
+LLAMACPP=${LLAMACPP:-1}
 NLC_DIR=${NLC_DIR:-$ROOT/build/llamacpp}
 MODEL=${MODEL:-$ROOT/build/bench-agent/qwen2.5-0.5b-q8_0.gguf}
 VOCAB=${VOCAB:-$ROOT/../shared/data/reference/tokenizer/ggml-vocab-qwen2.gguf}
@@ -204,9 +206,11 @@ for c in $CONCURRENCY; do
     if [ "$DRAFT" -gt 0 ]; then
         run in-process+draft "$c" "gguf:$MODEL" --threads "$THREADS" --draft "$DRAFT"
     fi
-    start_server "$c"
-    run llama.cpp-http "$c" "http://127.0.0.1:$PORT/v1"
-    stop_server
+    if [ "$LLAMACPP" = 1 ]; then
+        start_server "$c"
+        run llama.cpp-http "$c" "http://127.0.0.1:$PORT/v1"
+        stop_server
+    fi
 done
 
 node - "$WORK/summary.jsonl" "$N" "$MAX_TOKENS" "$MAX_STEPS" "$THREADS" <<'EOF'
