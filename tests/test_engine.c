@@ -1086,6 +1086,39 @@ static void test_llm_backend(void **state)
     assert_int_equal(rep.completion_tokens, 24);
     assert_int_equal(rep.n_response_ids, 24);
     af_llm_reply_deinit(&rep);
+    /* The flag must reach the engine: the shipped world model ends a short reply with its end
+     * token well before 64 tokens; with ignore_eos the same request runs to exactly 64. */
+    const char *src = getenv("AGENTFLOW_SRC");
+    char world[1024];
+    snprintf(world, sizeof world, "%s/models/agentflow-world.gguf", src ? src : ".");
+    struct af_llm *w = af_llm_gguf_new(world, &ep, err, sizeof err);
+    if (!w) {
+        printf("skipping the ignore_eos pass-through check: %s\n", err);
+    } else {
+        /* the compact generator's layout, which it was trained on (greedy: it ends after 19
+         * tokens) */
+        struct af_msg wm[2] = {
+            {"system", "You are a careful assistant. Follow the reply format exactly."},
+            {"user", "Query: What is 2 + 3?\nTools:\n- Python_Code_Generator_Tool\nAnalysis:\nA "
+                     "sum.\nSteps so far:\n1. Python_Code_Generator_Tool: printed 5\n\nAnswer the "
+                     "query from the steps. Reply with:\n**Process Summary:** <the steps and what "
+                     "they found>\n**Answer:** <the answer alone>"}};
+        struct af_llm_request wr = {.msgs = wm, .n_msgs = 2, .sampling = af_llm_default_sampling()};
+        wr.sampling.temperature = 0;
+        wr.sampling.max_tokens = 64;
+        af_llm_reply_init(&rep);
+        assert_int_equal(af_llm_chat(w, &wr, &rep), AF_OK);
+        assert_true(rep.n_response_ids < 64);
+        assert_string_equal(rep.finish_reason, "stop");
+        af_llm_reply_deinit(&rep);
+        wr.sampling.ignore_eos = 1;
+        af_llm_reply_init(&rep);
+        assert_int_equal(af_llm_chat(w, &wr, &rep), AF_OK);
+        assert_int_equal(rep.n_response_ids, 64);
+        assert_string_equal(rep.finish_reason, "length");
+        af_llm_reply_deinit(&rep);
+        af_llm_free(w);
+    }
     af_llm_free(a);
     af_llm_free(b);
     assert_null(af_llm_gguf_new("/nonexistent.gguf", NULL, err, sizeof err));
