@@ -179,8 +179,8 @@ void af_linelog_close(struct af_linelog *log)
     free(log);
 }
 
-/* mkdir of one level: fine when it exists as a folder. */
-static int mkdir_one(const char *path, unsigned mode, char *err, size_t errlen)
+/* mkdir of one level (`path`, a prefix of `want`): fine when it exists as a folder. */
+static int mkdir_one(const char *path, const char *want, unsigned mode, char *err, size_t errlen)
 {
     struct stat sb;
     if (mkdir(path, (mode_t)mode) == 0)
@@ -188,8 +188,11 @@ static int mkdir_one(const char *path, unsigned mode, char *err, size_t errlen)
     const int e = errno;
     if (e == EEXIST && stat(path, &sb) == 0 && S_ISDIR(sb.st_mode))
         return AF_OK;
-    af_errf(err, errlen, "%s: cannot create the folder: %s", path,
-            e == EEXIST ? "a file of that name is in the way" : strerror(e));
+    const char *why = e == EEXIST ? "a file of that name is in the way" : strerror(e);
+    if (strcmp(path, want))
+        af_errf(err, errlen, "%s: cannot create the folder %s: %s", want, path, why);
+    else
+        af_errf(err, errlen, "%s: cannot create the folder: %s", path, why);
     return AF_EIO;
 }
 
@@ -206,11 +209,11 @@ int af_mkdir_p(const char *path, unsigned mode, char *err, size_t errlen)
         if (*c != '/' || c[-1] == '/')
             continue;
         *c = '\0';
-        rc = mkdir_one(p, mode, err, errlen);
+        rc = mkdir_one(p, path, mode, err, errlen);
         *c = '/';
     }
     if (rc == AF_OK)
-        rc = mkdir_one(p, mode, err, errlen);
+        rc = mkdir_one(p, path, mode, err, errlen);
     free(p);
     return rc;
 }

@@ -22,8 +22,8 @@ AF_NODISCARD int af_file_write_atomic(const char *path, const void *data, size_t
                                       size_t errlen);
 
 /* Creates the folder `path` and any missing parents (mkdir -p), with `mode` (before the
- * umask). An existing folder is fine; an existing file that is not a folder, at `path` or at a
- * parent, is AF_EIO with the path at fault in `err`. */
+ * umask). An existing folder is fine. A folder that cannot be made (a file in the way, no
+ * permission) is AF_EIO; `err` names `path` and, when it differs, the parent at fault. */
 AF_NODISCARD int af_mkdir_p(const char *path, unsigned mode, char *err, size_t errlen);
 
 /* An append-only JSONL log: each line is written with one write() and fsync'd. */
