@@ -84,12 +84,9 @@ void quant_matmul(uint32_t t, const void *W, int64_t k, const void *X, int64_t m
  * prefill: more calls would repack them), else 4. No kernel's bits depend on the split. */
 int quant_matmul_ranges_per_thread(uint32_t t, int64_t m);
 
-/* y[i] += a * x[i] (multiply, then add: the same rounding on every ISA). Attention's inner
- * loops. */
+/* y[i] += a * x[i] (multiply, then add: the same rounding on every ISA). The arithmetic the
+ * attention kernels below reproduce bit for bit (their tests' oracle). */
 void quant_axpy(int64_t n, float a, const float *x, float *y);
-/* The same kernel as a pointer, for hot loops (no per-call dispatch). */
-typedef void (*quant_axpy_fn)(int64_t n, float a, const float *x, float *y);
-quant_axpy_fn quant_axpy_kernel(void);
 
 /* y[r][i] += a[r][t] * xs[t][i] for rows r < ng, i < len, t = 0 .. n - 1 in order, each term
  * a multiply then an add: the bits of n quant_axpy calls per row, with the rows held in

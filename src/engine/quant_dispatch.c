@@ -93,11 +93,6 @@ void quant_axpy(int64_t n, float a, const float *x, float *y)
     kernels()->axpy(n, a, x, y);
 }
 
-quant_axpy_fn quant_axpy_kernel(void)
-{
-    return kernels()->axpy;
-}
-
 quant_axpy_rows_fn quant_axpy_rows_kernel(void)
 {
     return kernels()->axpy_rows;
