@@ -203,7 +203,7 @@ static int bench_update(const struct opts *o, const char *gguf, const char *name
     }
     struct grpo_update_req q = {
         net, par, np, &opt, &aw,  1e-5f, 1.0f, 0.7f, grpo_default_hp(), GRPO_AGG_TOKEN_MEAN,
-        1,   0,   1,  NULL, NULL, 0,     NULL};
+        1,   0,   1,  NULL, NULL, 0,     NULL, 0.0f};
     struct grpo_update_stats us = {0};
     const double tokens = (double)nt * (double)(o->prompt + o->resp);
     /* small models run both twice and keep the second (warm caches and scratch buffers);

@@ -257,11 +257,80 @@ static void test_temperature_logprobs(void **state)
     af_engine_free(e);
 }
 
+/* The engine samples a reply at temperature 0.7 with frequency penalty 1.2 (every earlier
+ * occurrence of a token in the reply lowers its logit by 1.2); the net scores the same ids with
+ * freq_penalty set and agrees with the engine's log-probs, token by token. Without the
+ * penalty the repeated tokens disagree: the test sees the penalty. */
+static void test_penalised_logprobs(void **state)
+{
+    (void)state;
+    char err[1024];
+    struct af_engine *e = NULL;
+    assert_int_equal(af_engine_load(path_model, NULL, &e, err, sizeof err), 0);
+    const int64_t P = 6;
+    int32_t *prompt = rand_tokens(P);
+    struct af_engine_gen_params gp = af_engine_default_gen_params();
+    gp.temperature = 0.7f;
+    gp.frequency_penalty = 1.2f;
+    gp.seed = 11;
+    gp.max_tokens = 64;
+    gp.ignore_eos = 1;
+    struct train_net *net = NULL;
+    struct lora_adapter *l = random_lora(0.0f);
+    struct train_net_params np = train_net_default_params();
+    np.lora = l;
+    assert_int_equal(train_net_new(model, &np, &net, err, sizeof err), 0);
+    int repeats = 0, differ = 0;
+    for (int round = 0; round < 8 && repeats < 3; round++) {
+        struct af_engine_result r;
+        gp.seed = 11 + (uint64_t)round;
+        assert_int_equal(af_engine_generate(e, prompt, (size_t)P, &gp, &r, err, sizeof err), 0);
+        const int64_t n = (int64_t)r.n_ids, T = P + n;
+        assert_true(n >= 2);
+        int32_t *ids = malloc((size_t)T * sizeof *ids);
+        memcpy(ids, prompt, (size_t)P * sizeof *ids);
+        memcpy(ids + P, r.ids, (size_t)n * sizeof *ids);
+        float *lp = malloc((size_t)T * sizeof *lp), *lp0 = malloc((size_t)T * sizeof *lp0);
+        struct train_net_seq_opts so = train_net_seq_default_opts();
+        so.temperature = 0.7f;
+        so.t_begin = P - 1;
+        so.logp = lp;
+        so.freq_penalty = 1.2f;
+        assert_int_equal(train_net_seq(net, ids, T, &so, NULL, err, sizeof err), 0);
+        so.logp = lp0;
+        so.freq_penalty = 0.0f;
+        assert_int_equal(train_net_seq(net, ids, T, &so, NULL, err, sizeof err), 0);
+        for (int64_t j = 0; j < n; j++) {
+            assert_near(lp[P - 1 + j], r.logprobs[j], 2e-4);
+            int seen = 0;
+            for (int64_t k = 0; k < j; k++)
+                seen |= r.ids[k] == r.ids[j];
+            repeats += seen;
+            differ += seen && fabsf(lp0[P - 1 + j] - r.logprobs[j]) > 1e-2f;
+        }
+        free(lp);
+        free(lp0);
+        free(ids);
+        af_engine_result_deinit(&r);
+    }
+    fprintf(stderr, "penalised log-probs: %d repeated tokens\n", repeats);
+    assert_true(repeats >= 3); /* the replies repeat tokens, so the penalty is exercised */
+    assert_int_equal(differ, repeats);
+    struct train_net_seq_opts so = train_net_seq_default_opts();
+    so.freq_penalty = NAN; /* refused by name */
+    assert_int_equal(train_net_seq(net, prompt, P, &so, NULL, err, sizeof err), AF_EINVAL);
+    assert_non_null(strstr(err, "penalty"));
+    train_net_free(net);
+    lora_free(l);
+    free(prompt);
+    af_engine_free(e);
+}
+
 /* The whole per-token objective of one turn, Σ_j coef·ℓ_j, and its gradient through the net. */
 struct fdctx {
     struct grpo_hp hp;
     const float *old, *ref;
-    float adv, temp;
+    float adv, temp, pen;
     double coef;
     int64_t off, n;
     double loss;
@@ -285,6 +354,7 @@ static double objective(struct train_net *net, const int32_t *ids, int64_t T, st
     struct train_net_seq_opts so = train_net_seq_default_opts();
     so.backward = backward;
     so.temperature = c->temp;
+    so.freq_penalty = c->pen;
     so.wfn = fd_weight;
     so.wuser = c;
     so.t_begin = c->off;
@@ -295,11 +365,14 @@ static double objective(struct train_net *net, const int32_t *ids, int64_t T, st
     return l;
 }
 
-static void fd_check(float adv, float beta)
+static void fd_check(float adv, float beta, float pen)
 {
     char err[1024];
     const int64_t T = 20, np_ = 8, nr = T - np_;
     int32_t *ids = rand_tokens(T);
+    if (pen != 0.0f) /* repeats in the reply, so that the penalty shifts some rows */
+        for (int64_t t = np_ + 3; t < T; t += 2)
+            ids[t] = ids[np_ + (t % 3)];
     struct lora_adapter *l = random_lora(0.05f);
     struct train_net *net = NULL;
     struct train_net_params p = train_net_default_params();
@@ -310,6 +383,7 @@ static void fd_check(float adv, float beta)
     c.hp = grpo_default_hp();
     c.hp.kl_coef = beta;
     c.temp = 0.7f;
+    c.pen = pen;
     c.adv = adv;
     c.coef = 1.0 / (double)nr;
     c.off = np_ - 1;
@@ -320,6 +394,7 @@ static void fd_check(float adv, float beta)
     struct train_net_seq_opts so = train_net_seq_default_opts();
     float lp[64];
     so.temperature = c.temp;
+    so.freq_penalty = c.pen;
     so.logp = lp;
     assert_int_equal(train_net_seq(net, ids, T, &so, NULL, err, sizeof err), 0);
     for (int64_t j = 0; j < nr; j++) {
@@ -367,8 +442,9 @@ static void fd_check(float adv, float beta)
 static void test_fd_gradient(void **state)
 {
     (void)state;
-    fd_check(-0.8f, 0.05f); /* the surrogate, clipped and not, with a little KL */
-    fd_check(0.0f, 0.5f);   /* the KL term alone */
+    fd_check(-0.8f, 0.05f, 0.0f); /* the surrogate, clipped and not, with a little KL */
+    fd_check(0.0f, 0.5f, 0.0f);   /* the KL term alone */
+    fd_check(0.6f, 0.05f, 1.2f);  /* under the sampler's frequency penalty */
 }
 
 /* Turns of random tokens for the update tests. Owned by the caller (free each). */
@@ -415,7 +491,7 @@ static void run_update(struct lora_adapter *l, float lr, float kl, int64_t mini_
     const struct train_adamw aw = train_adamw_defaults();
     struct grpo_update_req q = {
         net, par,        n_par, &opt, &aw,  lr, 1.0f, 0.7f, grpo_default_hp(), GRPO_AGG_TOKEN_MEAN,
-        1,   mini_batch, 77,    NULL, NULL, 0,  NULL};
+        1,   mini_batch, 77,    NULL, NULL, 0,  NULL, 0.0f};
     q.hp.kl_coef = kl;
     rs = 4242; /* the same turns every call */
     struct grpo_turn *t = make_turns(6);
@@ -468,13 +544,10 @@ static void test_lr_zero_changes_nothing(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_advantages),
-        cmocka_unit_test(test_token_objective),
-        cmocka_unit_test(test_aggregation),
-        cmocka_unit_test(test_temperature_logprobs),
-        cmocka_unit_test(test_fd_gradient),
-        cmocka_unit_test(test_on_policy_ratio),
-        cmocka_unit_test(test_lr_zero_changes_nothing),
+        cmocka_unit_test(test_advantages),         cmocka_unit_test(test_token_objective),
+        cmocka_unit_test(test_aggregation),        cmocka_unit_test(test_temperature_logprobs),
+        cmocka_unit_test(test_penalised_logprobs), cmocka_unit_test(test_fd_gradient),
+        cmocka_unit_test(test_on_policy_ratio),    cmocka_unit_test(test_lr_zero_changes_nothing),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

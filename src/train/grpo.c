@@ -45,6 +45,7 @@ struct train_grpo_opts train_grpo_default_opts(void)
     o.agg = GRPO_AGG_TOKEN_MEAN;
     o.ppo_epochs = 1;
     o.temperature = 0.7f;
+    o.frequency_penalty = NAN;
     o.max_tokens = 2048;
     o.flow = af_flow_default_params();
     o.flow.max_steps = 3;
@@ -152,6 +153,7 @@ static int check_opts(const struct train_grpo_opts *o, char *err, size_t errlen)
         {o->lora_rank < 1, "--lora-rank must be at least 1"},
         {!(o->temperature > 0) || !isfinite(o->temperature),
          "--temperature must be > 0: training samples, and log-probs divide by it"},
+        {isinf(o->frequency_penalty), "--frequency-penalty must be a finite number"},
         {o->ppo_epochs < 1, "--ppo-epochs must be at least 1"},
         {o->mini_batch < 0, "--mini-batch must not be negative"},
         {!(o->hp.clip_low >= 0 && o->hp.clip_low < 1) || !(o->hp.clip_high >= 0),
@@ -283,7 +285,12 @@ static int setup(struct run *r, char *err, size_t errlen)
     ps->sampling = af_llm_default_sampling();
     ps->sampling.temperature = o->temperature;
     ps->sampling.top_p = 1.0; /* the trainer scores the whole softmax(logits / T) */
-    ps->sampling.frequency_penalty = 0;
+    /* the flow's penalty (1.2 by default) shapes what the planner writes when it is sampled,
+     * so the rollouts sample with it and grpo_update scores under the same distribution */
+    if (!isnan(o->frequency_penalty))
+        ps->sampling.frequency_penalty = o->frequency_penalty;
+    else
+        ps->sampling.frequency_penalty = o->flow.slots[AF_SLOT_PLANNER].sampling.frequency_penalty;
     ps->sampling.max_tokens = o->max_tokens;
     ps->sampling.n_stop = o->flow.slots[AF_SLOT_PLANNER].sampling.n_stop;
     memcpy(ps->sampling.stop, o->flow.slots[AF_SLOT_PLANNER].sampling.stop,
@@ -328,6 +335,10 @@ static char *settings_json(const struct run *r)
         r->lora ? (double)r->lora->alpha : 0.0, "lora_targets", r->lora ? (int)r->lora->targets : 0,
         "data_items", (int)r->n_data, "reward_f1", o->reward_f1, "ref_adapter", o->ref_adapter,
         "max_time", o->flow.max_time_s, "full", o->full);
+    /* only when set, so that a run from before the penalty was trained with resumes at 0 */
+    const double fp = r->flow.slots[AF_SLOT_PLANNER].sampling.frequency_penalty;
+    if (fp != 0)
+        json_object_set_new(s, "frequency_penalty", json_real(fp));
     char *text = json_dumps(s, JSON_COMPACT);
     json_decref(s);
     return text;
@@ -778,23 +789,25 @@ static int step_once(struct run *r, struct train_grpo_step *out, char *err, size
     const float lr = train_sched_lr(&r->sched, r->st.step);
     t0 = af_clock_ms();
     if (!rc) {
-        struct grpo_update_req uq = {r->net,
-                                     r->params,
-                                     r->np,
-                                     &r->opt,
-                                     &o->adamw,
-                                     lr,
-                                     o->clip,
-                                     o->temperature,
-                                     o->hp,
-                                     o->agg,
-                                     o->ppo_epochs,
-                                     o->mini_batch,
-                                     train_mix(o->seed, 0xb0000000ull + (uint64_t)r->st.step),
-                                     r->ref_lora,
-                                     r->lora ? r->lora->data : NULL,
-                                     r->lora ? r->lora->n_floats : 0,
-                                     r->ref_net};
+        struct grpo_update_req uq = {
+            r->net,
+            r->params,
+            r->np,
+            &r->opt,
+            &o->adamw,
+            lr,
+            o->clip,
+            o->temperature,
+            o->hp,
+            o->agg,
+            o->ppo_epochs,
+            o->mini_batch,
+            train_mix(o->seed, 0xb0000000ull + (uint64_t)r->st.step),
+            r->ref_lora,
+            r->lora ? r->lora->data : NULL,
+            r->lora ? r->lora->n_floats : 0,
+            r->ref_net,
+            (float)r->flow.slots[AF_SLOT_PLANNER].sampling.frequency_penalty};
         rc = grpo_update(&uq, turns, n_turns, &u, err, errlen);
     }
     if (!rc)

@@ -83,6 +83,9 @@ struct train_grpo_opts {
     int ppo_epochs;              /* E, default 1 */
     int64_t mini_batch;          /* turns per optimiser step; 0 = every turn of the step */
     float temperature;           /* planner sampling, default 0.7 */
+    float frequency_penalty;     /* planner sampling; NAN (default) = the flow planner slot's
+                                    (1.2 in af_flow_default_params). The update scores every
+                                    token under the same penalised distribution. */
     int max_tokens;              /* planner reply cap, default 2048 */
     int reward_f1;               /* reward = the scorer's F1 instead of 0/1 */
     train_grpo_reward_fn reward; /* NULL = af_score_item on the item's bench */

@@ -103,6 +103,8 @@ struct grpo_update_req {
     size_t lora_floats;
     /* full training: the reference is this net (the file's weights) with its adapter off */
     struct train_net *ref_net;
+    /* the planner's frequency penalty when it sampled: every score uses that distribution */
+    float freq_penalty;
 };
 
 /* The update on turns[0..n) (advantages set): logp_old, logp_ref, then the PPO epochs. */

@@ -16,13 +16,14 @@
 
 /* The response's log-probs [n_resp] under the current adapter weights (or the base model). */
 static int score_turn(struct train_net *net, const struct grpo_turn *u, float temperature,
-                      int use_adapter, float *out, char *err, size_t errlen)
+                      float freq_penalty, int use_adapter, float *out, char *err, size_t errlen)
 {
     const int64_t T = u->n_prompt + u->n_resp;
     float *lp = af_xmalloc((size_t)(T - 1) * sizeof *lp);
     struct train_net_seq_opts so = train_net_seq_default_opts();
     so.use_adapter = use_adapter;
     so.temperature = temperature;
+    so.freq_penalty = freq_penalty;
     so.t_begin = u->n_prompt - 1;
     so.logp = lp;
     int rc = train_net_seq(net, u->ids, T, &so, NULL, err, errlen);
@@ -73,10 +74,10 @@ static int reference(const struct grpo_update_req *q, struct grpo_turn *turns, s
         memcpy(q->cur_lora, q->ref_lora, q->lora_floats * sizeof *saved);
     }
     for (size_t k = 0; k < n && !rc; k++)
-        rc = q->ref_net ? score_turn(q->ref_net, &turns[k], q->temperature, 0, turns[k].logp_ref,
-                                     err, errlen)
-                        : score_turn(q->net, &turns[k], q->temperature, q->ref_lora != NULL,
-                                     turns[k].logp_ref, err, errlen);
+        rc = q->ref_net ? score_turn(q->ref_net, &turns[k], q->temperature, q->freq_penalty, 0,
+                                     turns[k].logp_ref, err, errlen)
+                        : score_turn(q->net, &turns[k], q->temperature, q->freq_penalty,
+                                     q->ref_lora != NULL, turns[k].logp_ref, err, errlen);
     if (saved) {
         memcpy(q->cur_lora, saved, q->lora_floats * sizeof *saved);
         free(saved);
@@ -170,6 +171,7 @@ static int minibatch(const struct grpo_update_req *q, struct grpo_turn *turns, c
         struct train_net_seq_opts so = train_net_seq_default_opts();
         so.backward = 1;
         so.temperature = q->temperature;
+        so.freq_penalty = q->freq_penalty;
         so.wfn = weight_of;
         so.wuser = &c;
         so.t_begin = u->n_prompt - 1;
@@ -244,7 +246,8 @@ int grpo_update(const struct grpo_update_req *q, struct grpo_turn *turns, size_t
         struct grpo_turn *u = &turns[k];
         u->logp_old = af_xmalloc((size_t)u->n_resp * sizeof(float));
         if (!on_policy) {
-            rc = score_turn(q->net, u, q->temperature, 1, u->logp_old, err, errlen);
+            rc =
+                score_turn(q->net, u, q->temperature, q->freq_penalty, 1, u->logp_old, err, errlen);
             u->scored = 1;
         }
     }

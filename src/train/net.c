@@ -648,6 +648,11 @@ int train_net_seq(struct train_net *n, const int32_t *tokens, int64_t T,
         af_errf(err, errlen, "temperature %g: must be a finite number > 0", (double)o->temperature);
         return AF_EINVAL;
     }
+    if (!isfinite(o->freq_penalty)) {
+        af_errf(err, errlen, "frequency penalty %g: must be a finite number",
+                (double)o->freq_penalty);
+        return AF_EINVAL;
+    }
     if (o->backward && !o->use_adapter) {
         af_errf(err, errlen, "no gradients without the adapter: the base model is frozen");
         return AF_EINVAL;
@@ -660,6 +665,7 @@ int train_net_seq(struct train_net *n, const int32_t *tokens, int64_t T,
     xo.t_begin = o->t_begin;
     xo.logp = o->logp;
     xo.entropy = o->entropy;
+    xo.freq_penalty = o->freq_penalty;
     float *zero = NULL;
     if (!o->weights && !o->wfn) { /* no weights: score only */
         zero = af_xcalloc((size_t)(T - 1), sizeof *zero);

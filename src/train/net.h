@@ -87,7 +87,10 @@ AF_NODISCARD int train_net_logprobs(struct train_net *n, const int32_t *tokens, 
  *    (ops.h, train_weight_fn), so the clipped surrogate needs one forward, not two; neither:
  *    no loss (scoring only);
  *  - t_begin: predictions before it (the prompt) are skipped in the output head;
- *  - logp, entropy [T-1] outputs (NULL: not wanted); positions before t_begin untouched.
+ *  - logp, entropy [T-1] outputs (NULL: not wanted); positions before t_begin untouched;
+ *  - freq_penalty: the engine's frequency penalty over the reply, the tokens predicted from
+ *    t_begin on (ops.h, train_xent_opts), so that log-probs are those of the penalised
+ *    distribution the engine sampled from.
  * With backward set the gradients are ADDED to (needs use_adapter). *loss may be NULL. */
 struct train_net_seq_opts {
     int backward;
@@ -98,8 +101,10 @@ struct train_net_seq_opts {
     void *wuser;
     int64_t t_begin;
     float *logp, *entropy;
+    float freq_penalty;
 };
-/* backward 0, use_adapter 1, temperature 1, no weights, every position, no outputs. */
+/* backward 0, use_adapter 1, temperature 1, no weights, every position, no outputs, no
+ * penalty. */
 struct train_net_seq_opts train_net_seq_default_opts(void);
 AF_NODISCARD int train_net_seq(struct train_net *n, const int32_t *tokens, int64_t T,
                                const struct train_net_seq_opts *o, double *loss, char *err,

@@ -227,6 +227,25 @@ void train_token_logprobs(const float *logits, int64_t T, int64_t V, const int32
     }
 }
 
+/* The frequency penalty of global row tg: gt is the whole sequence's targets, the reply's
+ * rows start at `from`. Counts are formed the sampler's way, (float)count x penalty in one
+ * subtraction per token id. Quadratic in the reply's length, which is at most a few hundred. */
+static void penalise(float *row, const int32_t *gt, int64_t from, int64_t tg, float fp)
+{
+    for (int64_t k = from; k < tg; k++) {
+        const int32_t id = gt[k];
+        int seen = 0;
+        for (int64_t j = from; j < k && !seen; j++)
+            seen = gt[j] == id;
+        if (seen)
+            continue;
+        int32_t c = 1;
+        for (int64_t j = k + 1; j < tg; j++)
+            c += gt[j] == id;
+        row[id] -= (float)c * fp;
+    }
+}
+
 /* The rows [0, T) of one chunk; row t is row t0 + t of the caller's arrays (targets are the
  * chunk's own). Logits are scaled by inv_temp in place first, so at inv_temp 1 the bits are
  * those of the plain log-softmax. */
@@ -246,6 +265,8 @@ static double xent_rows(float *logits, int64_t T, int64_t V, const int32_t *targ
                 memset(dlogits + t * V, 0, (size_t)V * sizeof *dlogits);
             continue;
         }
+        if (o->freq_penalty != 0.0f)
+            penalise(row, targets - t0, o->t_begin > 0 ? o->t_begin : 0, tg, o->freq_penalty);
         if (it != 1.0f)
             for (int64_t i = 0; i < V; i++)
                 row[i] *= it;

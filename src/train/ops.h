@@ -128,8 +128,14 @@ struct train_xent_opts {
     int64_t t_begin; /* first row computed */
     float *logp;     /* [T] or NULL */
     float *entropy;  /* [T] or NULL */
+    /* The engine sampler's frequency penalty (engine/sample.c), applied before the
+     * temperature: in row t >= t_begin the logit of each token that is the target of an
+     * earlier row in [t_begin, t) is lowered by (its count there) x freq_penalty. With the
+     * reply starting at row t_begin, the log-probs are those of the penalised distribution
+     * the engine sampled from; the penalty is constant, so the gradient is unchanged. */
+    float freq_penalty; /* 0 = none */
 };
-/* No weights (all 1), inv_temp 1, every row, no outputs. */
+/* No weights (all 1), inv_temp 1, every row, no outputs, no penalty. */
 struct train_xent_opts train_xent_default_opts(void);
 /* train_head_xent with the options above; at the defaults the two give the same bits. */
 double train_head_xent_ex(const float *xn, const float *w, int64_t T, int64_t d, int64_t V,
