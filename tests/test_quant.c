@@ -515,7 +515,7 @@ static void test_prefill_tiles_32(void **state)
     assert_int_equal(quant_set_isa("auto"), 0);
 }
 
-/* The AVX-512 Q8_0 / Q4_0 kernels are batch invariant: every matmul output (register tiles,
+/* The AVX-512 Q8_0 / Q4_0 / Q5_0 kernels are batch invariant: every matmul output (register tiles,
  * leftover rows and tokens, m = 1 and small m through the dot) has the bits of vec_dot on that
  * row and token, whatever the row range of the call, and is close to the reference. k = 131
  * blocks crosses two k-chunk edges and ends on an odd block; m = 67 crosses a token-chunk edge;
@@ -527,7 +527,7 @@ static void test_avx512_batch_invariant(void **state)
         printf("AVX-512 VNNI not available on this CPU: skipping\n");
         skip();
     }
-    static const uint32_t types[] = {GGML_TYPE_Q8_0, GGML_TYPE_Q4_0};
+    static const uint32_t types[] = {GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_Q5_0};
     static const int64_t nbs[] = {1, 2, 5, 131};
     static const int64_t ms[] = {1, 2, 3, 4, 7, 8, 9, 15, 16, 17, 64, 67};
     const int64_t rows = 7, mmax = 67;

@@ -1,5 +1,5 @@
 /*
- * quant_avx512.c - AVX-512 F/BW/VL + VNNI kernels for Q8_0 and Q4_0 against Q8_0 activations:
+ * quant_avx512.c - AVX-512 F/BW/VL + VNNI kernels for Q8_0, Q4_0 and Q5_0 against Q8_0 activations:
  * vec_dot (also the matmul for m < 4: one row at a time streams best from DRAM) and a packed,
  * register-tiled prefill matmul (4 weight rows x 4 tokens), all on 512-bit registers and
  * vpdpbusd. The float types' prefill matmuls are in quant_avx512_float.c (the AVX2 kernels'
@@ -79,6 +79,25 @@ AF_TARGET_AVX512 static AF_INLINE __m256i unpack_q4_0(const uint8_t *qs)
     return _mm256_sub_epi8(_mm256_and_si256(b, _mm256_set1_epi8(0xF)), _mm256_set1_epi8(8));
 }
 
+/* Q5_0: nibble | bit4 << 4, minus 16: [-16, 15]; the high bits come in as a mask. */
+AF_TARGET_AVX512 static AF_INLINE __m256i unpack_q5_0(const struct blk_q5_0 *p)
+{
+    uint32_t qh;
+    memcpy(&qh, p->qh, 4);
+    const __m128i t = _mm_loadu_si128((const __m128i *)p->qs);
+    const __m256i q =
+        _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(t, 4), t), _mm256_set1_epi8(0xF));
+    return _mm256_mask_sub_epi8(q, (__mmask32)~qh, q, _mm256_set1_epi8(16));
+}
+
+/* Bytes per block of weight type t. */
+static inline size_t blk_bytes(uint32_t t)
+{
+    return t == GGML_TYPE_Q8_0   ? sizeof(struct blk_q8_0)
+           : t == GGML_TYPE_Q4_0 ? sizeof(struct blk_q4_0)
+                                 : sizeof(struct blk_q5_0);
+}
+
 /* Weight block b of row w (type t) as 32 signed bytes, and its fp16 scale. */
 AF_TARGET_AVX512 static AF_INLINE __m256i wblock(uint32_t t, const void *w, int64_t b, uint16_t *d)
 {
@@ -87,9 +106,14 @@ AF_TARGET_AVX512 static AF_INLINE __m256i wblock(uint32_t t, const void *w, int6
         *d = p->d;
         return _mm256_loadu_si256((const __m256i *)p->qs);
     }
-    const struct blk_q4_0 *p = (const struct blk_q4_0 *)w + b;
+    if (t == GGML_TYPE_Q4_0) {
+        const struct blk_q4_0 *p = (const struct blk_q4_0 *)w + b;
+        *d = p->d;
+        return unpack_q4_0(p->qs);
+    }
+    const struct blk_q5_0 *p = (const struct blk_q5_0 *)w + b;
     *d = p->d;
-    return unpack_q4_0(p->qs);
+    return unpack_q5_0(p);
 }
 
 /* -128 * (sum of the 4 bytes of each dword of w): the bias correction of x ^ 0x80. */
@@ -136,7 +160,7 @@ AF_TARGET_AVX512 static AF_INLINE __m512 dot_pair(uint32_t t, const void *w, con
 }
 
 /* The fp16 scales of blocks b .. b + 3 as floats, picked out of the blocks with word permutes
- * (they sit at even offsets: 34 bytes apart in Q8_0, 18 in Q4_0). */
+ * (they sit at even offsets: 34 bytes apart in Q8_0, 18 in Q4_0, 22 in Q5_0). */
 AF_TARGET_AVX512 static AF_INLINE __m128 scales4(uint32_t t, const void *row, int64_t b)
 {
     if (t == GGML_TYPE_Q8_0) {
@@ -147,11 +171,21 @@ AF_TARGET_AVX512 static AF_INLINE __m128 scales4(uint32_t t, const void *row, in
             _mm512_permutex2var_epi16(_mm512_loadu_si512(p), i8, _mm512_loadu_si512(p + 64));
         return _mm_cvtph_ps(_mm512_castsi512_si128(d));
     }
-    const uint8_t *p = (const uint8_t *)((const struct blk_q4_0 *)row + b);
-    const __m512i i4 = _mm512_set_epi16(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-                                        0, 0, 0, 0, 0, 0, 0, 0, 27, 18, 9, 0);
-    return _mm_cvtph_ps(
-        _mm512_castsi512_si128(_mm512_permutexvar_epi16(i4, _mm512_loadu_si512(p))));
+    if (t == GGML_TYPE_Q4_0) {
+        const uint8_t *p = (const uint8_t *)((const struct blk_q4_0 *)row + b);
+        const __m512i i4 = _mm512_set_epi16(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+                                            0, 0, 0, 0, 0, 0, 0, 0, 0, 27, 18, 9, 0);
+        return _mm_cvtph_ps(
+            _mm512_castsi512_si128(_mm512_permutexvar_epi16(i4, _mm512_loadu_si512(p))));
+    }
+    /* Q5_0: 4 blocks are 88 bytes; the second load takes only the last scale's word (bytes
+     * 66-67), so nothing past block b + 3 is read. */
+    const uint8_t *p = (const uint8_t *)((const struct blk_q5_0 *)row + b);
+    const __m512i i5 = _mm512_set_epi16(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+                                        0, 0, 0, 0, 0, 0, 0, 0, 33, 22, 11, 0);
+    const __m512i d =
+        _mm512_permutex2var_epi16(_mm512_loadu_si512(p), i5, _mm512_maskz_loadu_epi16(0x2, p + 64));
+    return _mm_cvtph_ps(_mm512_castsi512_si128(d));
 }
 
 /* (s0, s1) of v in the even / odd lanes. */
@@ -209,6 +243,11 @@ AF_TARGET_AVX512 static float dot_q4_0(int64_t n, const void *w, const void *x)
     return dot_t(GGML_TYPE_Q4_0, n, w, x);
 }
 
+AF_TARGET_AVX512 static float dot_q5_0(int64_t n, const void *w, const void *x)
+{
+    return dot_t(GGML_TYPE_Q5_0, n, w, x);
+}
+
 /* ---- packed prefill matmul ---------------------------------------------------------------
  * For each chunk of up to T_TC tokens (their fp16 scales gathered once), each group of T_R
  * weight rows and each k-chunk of T_KC blocks: the rows are packed (pair layout, signed bytes,
@@ -245,7 +284,7 @@ AF_TARGET_AVX512 static AF_INLINE void t_pack(uint32_t t, int nr, const uint8_t 
                                               int64_t kb0, int64_t kc, int64_t nb,
                                               struct t_scratch *s)
 {
-    const size_t bb = t == GGML_TYPE_Q8_0 ? sizeof(struct blk_q8_0) : sizeof(struct blk_q4_0);
+    const size_t bb = blk_bytes(t);
     for (int r = 0; r < nr; r++) {
         const uint8_t *wr = w + (size_t)r * wbytes;
         /* What the next pack reads: this row's next k-chunk, or the next group's first. */
@@ -403,8 +442,9 @@ AF_TARGET_AVX512 static AF_INLINE void s_dw(uint32_t t, int nr, const uint8_t *w
         for (; b + 4 <= nb; b += 4)
             _mm_storeu_ps(&s->dw[r][b], scales4(t, wr, b));
         for (; b < nb; b++)
-            s->dw[r][b] = _cvtsh_ss(t == GGML_TYPE_Q8_0 ? ((const struct blk_q8_0 *)wr)[b].d
-                                                        : ((const struct blk_q4_0 *)wr)[b].d);
+            s->dw[r][b] = _cvtsh_ss(t == GGML_TYPE_Q8_0   ? ((const struct blk_q8_0 *)wr)[b].d
+                                    : t == GGML_TYPE_Q4_0 ? ((const struct blk_q4_0 *)wr)[b].d
+                                                          : ((const struct blk_q5_0 *)wr)[b].d);
         s->dw[r][nb] = 0;
     }
 }
@@ -443,7 +483,7 @@ AF_TARGET_AVX512 static AF_INLINE void s_tile(uint32_t t, int nr, int nc, const 
         for (int c = 0; c < nc; c++)
             acc[r][c] = _mm512_setzero_ps();
     const int64_t np = (nb + 1) / 2;
-    const size_t pb = 2 * (t == GGML_TYPE_Q8_0 ? sizeof(struct blk_q8_0) : sizeof(struct blk_q4_0));
+    const size_t pb = 2 * blk_bytes(t);
     for (int64_t p = 0; p < np; p++) {
         const int two = 2 * p + 1 < nb;
 #pragma GCC unroll 8
@@ -545,8 +585,10 @@ AF_TARGET_AVX512 static AF_INLINE void matmul_t(uint32_t t, const void *W, size_
         return;
     }
     if (m < T_C || tcmax < T_C) { /* decode, or rows too long for the scale buffer */
-        quant_matmul_loop(t == GGML_TYPE_Q8_0 ? dot_q8_0 : dot_q4_0, W, wbytes, k, X, xbytes, m,
-                          out, ldo, r0, r1);
+        quant_matmul_loop(t == GGML_TYPE_Q8_0   ? dot_q8_0
+                          : t == GGML_TYPE_Q4_0 ? dot_q4_0
+                                                : dot_q5_0,
+                          W, wbytes, k, X, xbytes, m, out, ldo, r0, r1);
         return;
     }
     struct t_scratch s;
@@ -591,6 +633,13 @@ AF_TARGET_AVX512 static void matmul_q4_0(const void *W, size_t wbytes, int64_t k
                                          int64_t r0, int64_t r1)
 {
     matmul_t(GGML_TYPE_Q4_0, W, wbytes, k, X, xbytes, m, out, ldo, r0, r1);
+}
+
+AF_TARGET_AVX512 static void matmul_q5_0(const void *W, size_t wbytes, int64_t k, const void *X,
+                                         size_t xbytes, int64_t m, float *out, int64_t ldo,
+                                         int64_t r0, int64_t r1)
+{
+    matmul_t(GGML_TYPE_Q5_0, W, wbytes, k, X, xbytes, m, out, ldo, r0, r1);
 }
 
 /* Up to 4 rows x nv (<= 4) vectors of y in registers across all n terms; a multiply, then an
@@ -743,6 +792,7 @@ const struct quant_kernels quant_kernels_avx512 = {
     .vec_dot =
         {
             [GGML_TYPE_Q4_0] = dot_q4_0,
+            [GGML_TYPE_Q5_0] = dot_q5_0,
             [GGML_TYPE_Q8_0] = dot_q8_0,
         },
     .matmul =
@@ -751,6 +801,7 @@ const struct quant_kernels quant_kernels_avx512 = {
             [GGML_TYPE_F16] = quant_avx512_matmul_f16,
             [GGML_TYPE_BF16] = quant_avx512_matmul_bf16,
             [GGML_TYPE_Q4_0] = matmul_q4_0,
+            [GGML_TYPE_Q5_0] = matmul_q5_0,
             [GGML_TYPE_Q8_0] = matmul_q8_0,
         },
 };
