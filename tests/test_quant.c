@@ -515,10 +515,11 @@ static void test_prefill_tiles_32(void **state)
     assert_int_equal(quant_set_isa("auto"), 0);
 }
 
-/* The AVX-512 Q8_0 / Q4_0 / Q5_0 kernels are batch invariant: every matmul output (register tiles,
+/* The AVX-512 quantized kernels are batch invariant: every matmul output (register tiles,
  * leftover rows and tokens, m = 1 and small m through the dot) has the bits of vec_dot on that
- * row and token, whatever the row range of the call, and is close to the reference. k = 131
- * blocks crosses two k-chunk edges and ends on an odd block; m = 67 crosses a token-chunk edge;
+ * row and token, whatever the row range of the call, and is close to the reference. For the
+ * K-quants vec_dot is the AVX2 kernel, so their AVX-512 matmul must give AVX2's bits. k = 131
+ * blocks crosses k-chunk edges and ends on an odd block; m = 67 crosses a token-chunk edge;
  * 7 rows leave 3 single rows, and rows 0..3 / 3..7 in two calls start a tile off row 0. */
 static void test_avx512_batch_invariant(void **state)
 {
@@ -527,7 +528,8 @@ static void test_avx512_batch_invariant(void **state)
         printf("AVX-512 VNNI not available on this CPU: skipping\n");
         skip();
     }
-    static const uint32_t types[] = {GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_Q5_0};
+    static const uint32_t types[] = {GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_Q5_0,
+                                     GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K};
     static const int64_t nbs[] = {1, 2, 5, 131};
     static const int64_t ms[] = {1, 2, 3, 4, 7, 8, 9, 15, 16, 17, 64, 67};
     const int64_t rows = 7, mmax = 67;
@@ -535,10 +537,10 @@ static void test_avx512_batch_invariant(void **state)
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++)
         for (size_t ki = 0; ki < sizeof nbs / sizeof nbs[0]; ki++) {
             const uint32_t t = types[ti];
-            const int64_t k = 32 * nbs[ki];
+            const int64_t k = quant_block_elems(t) * nbs[ki];
             float *fw = rand_vec(&r, rows * k, 0.05f), *fx = rand_vec(&r, mmax * k, 1.0f);
             uint8_t *W = quantize_rows(t, fw, rows, k), *X = prepare_rows(t, fx, mmax, k);
-            const size_t wb = quant_row_bytes(t, k), xb = quant_row_bytes(GGML_TYPE_Q8_0, k);
+            const size_t wb = quant_row_bytes(t, k), xb = quant_row_bytes(quant_vec_dot_type(t), k);
             float *out = malloc((size_t)(rows * mmax) * sizeof *out);
             float *split = malloc((size_t)(rows * mmax) * sizeof *split);
             assert_non_null(out);

@@ -2,8 +2,9 @@
  * quant_avx512.c - AVX-512 F/BW/VL + VNNI kernels for Q8_0, Q4_0 and Q5_0 against Q8_0 activations:
  * vec_dot (also the matmul for m < 4: one row at a time streams best from DRAM) and a packed,
  * register-tiled prefill matmul (4 weight rows x 4 tokens), all on 512-bit registers and
- * vpdpbusd. The float types' prefill matmuls are in quant_avx512_float.c (the AVX2 kernels'
- * bits); what has no entry here falls through to the AVX2 kernels (quant_dispatch.c).
+ * vpdpbusd. The float types' prefill matmuls are in quant_avx512_float.c and the K-quants' in
+ * quant_avx512_k.c (both with the AVX2 kernels' bits); what has no entry here falls through to the
+ * AVX2 kernels (quant_dispatch.c).
  *
  * Pair layout: one zmm holds two 32-element blocks, 2p in the even int32 / float lanes and 2p + 1
  * in the odd ones; lane 2i + h is dword i (elements 4i..4i+3) of block 2p + h. Per output, the
@@ -802,6 +803,9 @@ const struct quant_kernels quant_kernels_avx512 = {
             [GGML_TYPE_BF16] = quant_avx512_matmul_bf16,
             [GGML_TYPE_Q4_0] = matmul_q4_0,
             [GGML_TYPE_Q5_0] = matmul_q5_0,
+            [GGML_TYPE_Q4_K] = quant_avx512_matmul_q4_k,
+            [GGML_TYPE_Q5_K] = quant_avx512_matmul_q5_k,
+            [GGML_TYPE_Q6_K] = quant_avx512_matmul_q6_k,
             [GGML_TYPE_Q8_0] = matmul_q8_0,
         },
 };

@@ -111,6 +111,15 @@ void quant_avx512_matmul_f16(const void *W, size_t wbytes, int64_t k, const void
 void quant_avx512_matmul_bf16(const void *W, size_t wbytes, int64_t k, const void *X, size_t xbytes,
                               int64_t m, float *out, int64_t ldo, int64_t r0, int64_t r1);
 
+/* The AVX-512 K-quant prefill matmuls (quant_avx512_k.c): the AVX2 kernels' bits; m = 1 goes to
+ * the AVX2 matmul. */
+void quant_avx512_matmul_q4_k(const void *W, size_t wbytes, int64_t k, const void *X, size_t xbytes,
+                              int64_t m, float *out, int64_t ldo, int64_t r0, int64_t r1);
+void quant_avx512_matmul_q5_k(const void *W, size_t wbytes, int64_t k, const void *X, size_t xbytes,
+                              int64_t m, float *out, int64_t ldo, int64_t r0, int64_t r1);
+void quant_avx512_matmul_q6_k(const void *W, size_t wbytes, int64_t k, const void *X, size_t xbytes,
+                              int64_t m, float *out, int64_t ldo, int64_t r0, int64_t r1);
+
 /* 1 when the CPU runs the ISA's kernels (quant_avx2.c / quant_avx512.c). */
 int quant_avx2_usable(void);
 int quant_avx512_usable(void);
