@@ -29,6 +29,14 @@ struct rng {
     uint64_t s;
 };
 
+static uint64_t rng_next(struct rng *r)
+{
+    r->s ^= r->s << 13;
+    r->s ^= r->s >> 7;
+    r->s ^= r->s << 17;
+    return r->s;
+}
+
 static double rng_uniform(struct rng *r)
 {
     r->s ^= r->s << 13;
@@ -808,26 +816,127 @@ static void test_scores_isas(void **state)
     assert_int_equal(quant_set_isa("auto"), 0);
 }
 
+/* The engine's exp: quant_expf has glibc's expf bits (where glibc runs its FMA build: an x86
+ * CPU with FMA), and every ISA's exp and SiLU kernels have quant_expf's, for inputs over the
+ * whole float range (every 997th bit pattern), the specials, lengths with tails, and a
+ * temperature; softmax's scale and max passes equal the plain loops (NaNs included). */
+static void test_exp_kernels(void **state)
+{
+    (void)state;
+    enum { N = 4099 };
+    static float x[N], y[N], want[N], g[N], up[N], gw[N];
+    static const float specials[] = {0.0f,      -0.0f,    1.0f,   -1.0f,    88.0f,
+                                     88.72283f, 88.7229f, -87.3f, -103.28f, -103.97207f,
+                                     -103.973f, -104.0f,  1e-30f, -1e-30f,  INFINITY,
+                                     -INFINITY, NAN,      -NAN,   3.4e38f,  -3.4e38f};
+    const int check_libm =
+#if defined(__GLIBC__) && (defined(__x86_64__) || defined(__i386__))
+        quant_set_isa("avx2") == 0;
+#else
+        0;
+#endif
+    long mismatches = 0, n_checked = 0;
+    for (uint64_t u = 0; u < 0x100000000ull; u += 997) {
+        const uint32_t b = (uint32_t)u;
+        float v, e = 0;
+        memcpy(&v, &b, sizeof v);
+        const float q = quant_expf(v);
+        if (check_libm) {
+            e = expf(v);
+            n_checked++;
+            if (memcmp(&e, &q, sizeof e) && !(isnan(e) && isnan(q)) && mismatches++ < 5)
+                printf("expf(%a): libm %a, quant_expf %a\n", (double)v, (double)e, (double)q);
+        }
+    }
+    if (check_libm)
+        assert_int_equal(mismatches, 0);
+    else
+        printf("not glibc on an FMA CPU: quant_expf not compared with libm's expf\n");
+    for (size_t i = 0; i < sizeof specials / sizeof specials[0]; i++)
+        if (check_libm) {
+            const float e = expf(specials[i]), q = quant_expf(specials[i]);
+            assert_true(!memcmp(&e, &q, sizeof e) || (isnan(e) && isnan(q)));
+        }
+    assert_true(quant_expf(0.0f) == 1.0f && quant_expf(-INFINITY) == 0.0f);
+    assert_true(isinf(quant_expf(INFINITY)) && isnan(quant_expf(NAN)));
+
+    struct rng r = {0xe4e4};
+    static const char *isas[] = {"ref", "avx2", "avx512"};
+    static const int64_t lens[] = {1, 7, 8, 15, 16, 17, 33, N};
+    for (int round = 0; round < 40; round++) {
+        for (int i = 0; i < N; i++) {
+            uint32_t b = (uint32_t)rng_next(&r);
+            memcpy(&x[i], &b, sizeof b);
+            if (round % 2) /* the range that matters: softmax and SiLU arguments */
+                x[i] = (float)((int64_t)(rng_next(&r) % 400000) - 300000) / 2000.0f;
+            if (i < (int)(sizeof specials / sizeof specials[0]) && round == 0)
+                x[i] = specials[i];
+            g[i] = (float)((int64_t)(rng_next(&r) % 200000) - 100000) / 3000.0f;
+            up[i] = (float)((int64_t)(rng_next(&r) % 2000) - 1000) / 300.0f;
+        }
+        const float sub = round % 4 < 2 ? 0.0f : 1.75f, div = round % 3 ? 1.0f : 0.7f;
+        for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
+            const int64_t n = lens[li];
+            for (int64_t i = 0; i < n; i++) {
+                want[i] = quant_expf((x[i] - sub) / div);
+                gw[i] = g[i] / (1.0f + quant_expf(-g[i])) * up[i];
+            }
+            for (size_t ii = 0; ii < 3; ii++) {
+                if (quant_set_isa(isas[ii]) != 0)
+                    continue;
+                y[n] = -5.0f;
+                quant_exp_kernel()(n, x, sub, div, y);
+                for (int64_t i = 0; i < n; i++)
+                    if (memcmp(&y[i], &want[i], sizeof y[i]) && !(isnan(y[i]) && isnan(want[i])))
+                        fail_msg("%s exp((%a - %g) / %g): %a, quant_expf %a", isas[ii],
+                                 (double)x[i], (double)sub, (double)div, (double)y[i],
+                                 (double)want[i]);
+                assert_true(y[n] == -5.0f);
+                float gv[N + 1];
+                memcpy(gv, g, (size_t)n * sizeof *g);
+                gv[n] = -5.0f;
+                quant_silu_mul_kernel()(n, gv, up);
+                for (int64_t i = 0; i < n; i++)
+                    if (memcmp(&gv[i], &gw[i], sizeof gv[i]))
+                        fail_msg("%s silu(%a) * %a: %a, want %a", isas[ii], (double)g[i],
+                                 (double)up[i], (double)gv[i], (double)gw[i]);
+                assert_true(gv[n] == -5.0f);
+                /* softmax's scale passes: exact, so equal to the plain loops */
+                float sv[N + 1], sw[N];
+                memcpy(sv, x, (size_t)n * sizeof *x);
+                memcpy(sw, x, (size_t)n * sizeof *x);
+                sv[n] = -5.0f;
+                float mw = -INFINITY;
+                for (int64_t i = 0; i < n; i++) {
+                    sw[i] *= 0.125f + (float)round;
+                    mw = sw[i] > mw ? sw[i] : mw;
+                }
+                const float mv = quant_scale_max_kernel()(n, sv, 0.125f + (float)round);
+                assert_memory_equal(&mv, &mw, sizeof mv);
+                assert_memory_equal(sv, sw, (size_t)n * sizeof *sv);
+                quant_scale_kernel()(n, sv, 1.0f / 3.0f);
+                for (int64_t i = 0; i < n; i++)
+                    sw[i] *= 1.0f / 3.0f;
+                assert_memory_equal(sv, sw, (size_t)n * sizeof *sv);
+                assert_true(sv[n] == -5.0f);
+            }
+        }
+    }
+    assert_int_equal(quant_set_isa("auto"), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_type_table),
-        cmocka_unit_test(test_q8_0_rounding),
-        cmocka_unit_test(test_roundtrip_error),
-        cmocka_unit_test(test_isa_select),
-        cmocka_unit_test(test_prepare_act_dot),
-        cmocka_unit_test(test_avx2_vs_ref),
-        cmocka_unit_test(test_axpy_isas),
-        cmocka_unit_test(test_scores_isas),
-        cmocka_unit_test(test_avx512_vs_ref),
-        cmocka_unit_test(test_oracle_q8_0),
-        cmocka_unit_test(test_oracle_q4_0),
-        cmocka_unit_test(test_oracle_kquants),
-        cmocka_unit_test(test_prefill_tiles_32),
-        cmocka_unit_test(test_prefill_gemm_float),
-        cmocka_unit_test(test_prefill_gemm_float_avx512),
-        cmocka_unit_test(test_prefill_tiles_k),
-        cmocka_unit_test(test_avx512_batch_invariant),
+        cmocka_unit_test(test_type_table),         cmocka_unit_test(test_q8_0_rounding),
+        cmocka_unit_test(test_roundtrip_error),    cmocka_unit_test(test_isa_select),
+        cmocka_unit_test(test_prepare_act_dot),    cmocka_unit_test(test_avx2_vs_ref),
+        cmocka_unit_test(test_axpy_isas),          cmocka_unit_test(test_scores_isas),
+        cmocka_unit_test(test_exp_kernels),        cmocka_unit_test(test_avx512_vs_ref),
+        cmocka_unit_test(test_oracle_q8_0),        cmocka_unit_test(test_oracle_q4_0),
+        cmocka_unit_test(test_oracle_kquants),     cmocka_unit_test(test_prefill_tiles_32),
+        cmocka_unit_test(test_prefill_gemm_float), cmocka_unit_test(test_prefill_gemm_float_avx512),
+        cmocka_unit_test(test_prefill_tiles_k),    cmocka_unit_test(test_avx512_batch_invariant),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -265,6 +265,9 @@ static void attention(struct fwd_ctx *c, int64_t il, int64_t nb)
     const float scale = 1.0f / sqrtf((float)hd);
     const quant_scores_fn scores = quant_scores_kernel();
     const quant_axpy_rows_fn axpy_rows = quant_axpy_rows_kernel();
+    const quant_exp_fn exp_sub = quant_exp_kernel();
+    const quant_scale_max_fn scale_max = quant_scale_max_kernel();
+    const quant_scale_fn scale_by = quant_scale_kernel();
     const int nt = c->n_threads;
 #pragma omp parallel for num_threads(nt) schedule(dynamic, 1) collapse(2)
     for (int64_t j = 0; j < nb; j++)
@@ -297,16 +300,11 @@ static void attention(struct fwd_ctx *c, int64_t il, int64_t nb)
                 const float *a[ATT_Q_ROWS];
                 for (int64_t g = 0; g < ng; g++) {
                     float *sc = sc0 + (g0 + g) * c->max_ctx;
-                    float mx = -INFINITY;
-                    for (int64_t t = 0; t < n_keys; t++) {
-                        sc[t] *= scale;
-                        mx = sc[t] > mx ? sc[t] : mx;
-                    }
+                    const float mx = scale_max(n_keys, sc, scale);
+                    exp_sub(n_keys, sc, mx, 1.0f, sc);
                     double sum = 0;
-                    for (int64_t t = 0; t < n_keys; t++) {
-                        sc[t] = expf(sc[t] - mx);
+                    for (int64_t t = 0; t < n_keys; t++)
                         sum += (double)sc[t];
-                    }
                     inv[g] = (float)(1.0 / sum);
                     o[g] = c->att + (j * nh + kvh * group + g0 + g) * hd;
                     memset(o[g], 0, (size_t)hd * sizeof(float));
@@ -322,8 +320,7 @@ static void attention(struct fwd_ctx *c, int64_t il, int64_t nb)
                     }
                     for (int64_t g = 0; g < ng; g++) {
                         float *sc = sc0 + (g0 + g) * c->max_ctx;
-                        for (int64_t t = t0; t < t0 + len; t++)
-                            sc[t] *= inv[g];
+                        scale_by(len, sc + t0, inv[g]);
                         a[g] = sc + t0;
                     }
                     axpy_rows(hd, len, ng, a, vrows, o);
@@ -374,10 +371,11 @@ static void layer(struct fwd_ctx *c, int64_t il, int64_t nb)
     lora_add(c, il, LORA_GATE, c->xn, nb, c->gate);
     matmul(c, &ly->w_up, c->xn, nb, c->up);
     lora_add(c, il, LORA_UP, c->xn, nb, c->up);
-    for (int64_t i = 0; i < nb * ff; i++) {
-        float g = c->gate[i];
-        c->gate[i] = g / (1.0f + expf(-g)) * c->up[i];
-    }
+    const quant_silu_mul_fn silu_mul = quant_silu_mul_kernel();
+    const int nt = nb >= 4 ? c->n_threads : 1;
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int64_t j = 0; j < nb; j++)
+        silu_mul(ff, c->gate + j * ff, c->up + j * ff);
     matmul(c, &ly->w_down, c->gate, nb, c->xn);
     lora_add(c, il, LORA_DOWN, c->gate, nb, c->xn);
     for (int64_t i = 0; i < nb * d; i++)

@@ -105,6 +105,24 @@ typedef void (*quant_scores_fn)(int64_t len, int64_t hd, int64_t ng, const float
                                 const float *const *kb, float *const *sc);
 quant_scores_fn quant_scores_kernel(void);
 
+/* exp(x) with the bits of glibc's expf (2.28+, its FMA build) on every libc and ISA: the
+ * engine's softmax, SiLU and sampler use it (vexp.c). */
+float quant_expf(float x);
+/* y[i] = quant_expf((x[i] - sub) / div) for i < n (div 1: no division). y may be x. */
+typedef void (*quant_exp_fn)(int64_t n, const float *x, float sub, float div, float *y);
+quant_exp_fn quant_exp_kernel(void);
+/* g[i] = g[i] / (1 + quant_expf(-g[i])) * up[i]: SwiGLU's SiLU gate times the up projection. */
+typedef void (*quant_silu_mul_fn)(int64_t n, float *g, const float *up);
+quant_silu_mul_fn quant_silu_mul_kernel(void);
+
+/* Softmax's exact elementwise steps, vectorised (the same bits on every ISA):
+ * scale_max: x[i] *= a for i < n, returns the largest (-inf for n 0; NaNs ignored);
+ * scale: x[i] *= a. */
+typedef float (*quant_scale_max_fn)(int64_t n, float *x, float a);
+quant_scale_max_fn quant_scale_max_kernel(void);
+typedef void (*quant_scale_fn)(int64_t n, float *x, float a);
+quant_scale_fn quant_scale_kernel(void);
+
 /* Kernel selection. "ref", "avx2", "avx512" (VNNI); "auto" = the best this CPU runs.
  * Returns 0, or -1 when the CPU cannot run that ISA (selection unchanged). Not thread-safe:
  * call before starting threads (tests, start-up). */

@@ -970,6 +970,10 @@ const struct quant_kernels quant_kernels_avx2 = {
     .scores = scores_avx2,
     .axpy = axpy_avx2,
     .axpy_rows = axpy_rows_avx2,
+    .exp = quant_exp_avx2,
+    .silu_mul = quant_silu_mul_avx2,
+    .scale_max = quant_scale_max_avx2,
+    .scale = quant_scale_avx2,
     .vec_dot =
         {
             [GGML_TYPE_F32] = quant_avx2_dot_f32,

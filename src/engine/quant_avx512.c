@@ -790,6 +790,10 @@ const struct quant_kernels quant_kernels_avx512 = {
     .name = "avx512",
     .scores = scores_avx512,
     .axpy_rows = axpy_rows_avx512,
+    .exp = quant_exp_avx512,
+    .silu_mul = quant_silu_mul_avx512,
+    .scale_max = quant_scale_max_avx512,
+    .scale = quant_scale_avx512,
     .vec_dot =
         {
             [GGML_TYPE_Q4_0] = dot_q4_0,

@@ -29,6 +29,14 @@ static void merge(const struct quant_kernels *const *layers, int n)
             k.axpy_rows = layers[i]->axpy_rows;
         if (layers[i]->scores)
             k.scores = layers[i]->scores;
+        if (layers[i]->exp)
+            k.exp = layers[i]->exp;
+        if (layers[i]->silu_mul)
+            k.silu_mul = layers[i]->silu_mul;
+        if (layers[i]->scale_max)
+            k.scale_max = layers[i]->scale_max;
+        if (layers[i]->scale)
+            k.scale = layers[i]->scale;
         k.name = layers[i]->name;
     }
     active = k;
@@ -37,10 +45,9 @@ static void merge(const struct quant_kernels *const *layers, int n)
 static int select_isa(const char *name)
 {
     const struct quant_kernels *layers[2] = {&quant_kernels_avx2, &quant_kernels_avx512};
-    /* auto takes the best table the CPU runs. The AVX-512 table holds only Q8_0 and Q4_0: on
-     * Zen 5 (bench/quant, one thread, docs/PERFORMANCE.md) its prefill is about 2.2x the AVX2
-     * tiles' and its decode no slower; every other type, the float ones included, falls
-     * through to the AVX2 kernels, so their bits do not depend on AVX-512. */
+    /* auto takes the best table the CPU runs. The AVX-512 table's own bits are those of its
+     * Q8_0 / Q4_0 / Q5_0 kernels; its float and K-quant prefill kernels give the AVX2 kernels'
+     * bits, and what it lacks falls through to them (docs/PERFORMANCE.md, bench/quant). */
     if (!strcmp(name, "auto")) {
         if (quant_avx512_usable())
             name = "avx512";
@@ -101,6 +108,26 @@ quant_axpy_rows_fn quant_axpy_rows_kernel(void)
 quant_scores_fn quant_scores_kernel(void)
 {
     return kernels()->scores;
+}
+
+quant_exp_fn quant_exp_kernel(void)
+{
+    return kernels()->exp;
+}
+
+quant_silu_mul_fn quant_silu_mul_kernel(void)
+{
+    return kernels()->silu_mul;
+}
+
+quant_scale_max_fn quant_scale_max_kernel(void)
+{
+    return kernels()->scale_max;
+}
+
+quant_scale_fn quant_scale_kernel(void)
+{
+    return kernels()->scale;
 }
 
 float quant_vec_dot(uint32_t t, int64_t n, const void *w, const void *x)

@@ -85,6 +85,10 @@ struct quant_kernels {
     void (*axpy)(int64_t n, float a, const float *x, float *y);
     quant_axpy_rows_fn axpy_rows;
     quant_scores_fn scores;
+    quant_exp_fn exp;
+    quant_silu_mul_fn silu_mul;
+    quant_scale_max_fn scale_max;
+    quant_scale_fn scale;
 };
 
 extern const struct quant_kernels quant_kernels_ref;
@@ -119,6 +123,20 @@ void quant_avx512_matmul_q5_k(const void *W, size_t wbytes, int64_t k, const voi
                               int64_t m, float *out, int64_t ldo, int64_t r0, int64_t r1);
 void quant_avx512_matmul_q6_k(const void *W, size_t wbytes, int64_t k, const void *X, size_t xbytes,
                               int64_t m, float *out, int64_t ldo, int64_t r0, int64_t r1);
+
+/* The exp kernels of each ISA (vexp.c), all with quant_expf's bits. */
+void quant_exp_ref(int64_t n, const float *x, float sub, float div, float *y);
+void quant_exp_avx2(int64_t n, const float *x, float sub, float div, float *y);
+void quant_exp_avx512(int64_t n, const float *x, float sub, float div, float *y);
+void quant_silu_mul_ref(int64_t n, float *g, const float *up);
+void quant_silu_mul_avx2(int64_t n, float *g, const float *up);
+void quant_silu_mul_avx512(int64_t n, float *g, const float *up);
+float quant_scale_max_ref(int64_t n, float *x, float a);
+float quant_scale_max_avx2(int64_t n, float *x, float a);
+float quant_scale_max_avx512(int64_t n, float *x, float a);
+void quant_scale_ref(int64_t n, float *x, float a);
+void quant_scale_avx2(int64_t n, float *x, float a);
+void quant_scale_avx512(int64_t n, float *x, float a);
 
 /* 1 when the CPU runs the ISA's kernels (quant_avx2.c / quant_avx512.c). */
 int quant_avx2_usable(void);

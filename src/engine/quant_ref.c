@@ -946,6 +946,10 @@ const struct quant_kernels quant_kernels_ref = {
     .scores = scores_ref,
     .axpy = axpy_ref,
     .axpy_rows = axpy_rows_ref,
+    .exp = quant_exp_ref,
+    .silu_mul = quant_silu_mul_ref,
+    .scale_max = quant_scale_max_ref,
+    .scale = quant_scale_ref,
     .vec_dot =
         {
             [GGML_TYPE_F32] = dot_f32,

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "core/xalloc.h"
+#include "engine/quant.h"
 
 #define SELECT_FIRST 1024
 
@@ -23,6 +24,7 @@ struct sampler {
     int64_t n_vocab;
     int32_t *counts; /* occurrences of each token so far */
     struct cand *cands;
+    float *e; /* exp((logit - best) / t) of every token */
     struct rng rng;
 };
 
@@ -77,6 +79,7 @@ struct sampler *sampler_new(const struct sampler_params *p, int64_t n_vocab)
     s->n_vocab = n_vocab;
     s->counts = af_xcalloc((size_t)n_vocab, sizeof *s->counts);
     s->cands = af_xmalloc((size_t)n_vocab * sizeof *s->cands);
+    s->e = af_xmalloc((size_t)n_vocab * sizeof *s->e);
     rng_seed(&s->rng, p->seed);
     return s;
 }
@@ -87,6 +90,7 @@ void sampler_free(struct sampler *s)
         return;
     free(s->counts);
     free(s->cands);
+    free(s->e);
     free(s);
 }
 
@@ -180,12 +184,12 @@ int32_t sampler_sample(struct sampler *s, float *logits, float *logprob)
     for (int64_t i = 1; i < n; i++)
         if (logits[i] > logits[best])
             best = i;
+    quant_exp_kernel()(n, logits, logits[best], t, s->e);
     double sum = 0;
     for (int64_t i = 0; i < n; i++) {
-        float e = expf((logits[i] - logits[best]) / t);
         s->cands[i].id = (int32_t)i;
-        s->cands[i].p = e;
-        sum += (double)e;
+        s->cands[i].p = s->e[i];
+        sum += (double)s->e[i];
     }
     int32_t pick = (int32_t)best;
     if (p->temperature > 0) {
