@@ -824,7 +824,7 @@ static void test_exp_kernels(void **state)
 {
     (void)state;
     enum { N = 4099 };
-    static float x[N], y[N], want[N], g[N], up[N], gw[N];
+    static float x[N], y[N + 1], want[N], g[N], up[N], gw[N];
     static const float specials[] = {0.0f,      -0.0f,    1.0f,   -1.0f,    88.0f,
                                      88.72283f, 88.7229f, -87.3f, -103.28f, -103.97207f,
                                      -103.973f, -104.0f,  1e-30f, -1e-30f,  INFINITY,
