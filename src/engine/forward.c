@@ -80,6 +80,11 @@ struct fwd_ctx *fwd_ctx_new(const struct model *m, int64_t max_ctx, int n_thread
     return c;
 }
 
+int fwd_ctx_threads(const struct fwd_ctx *c)
+{
+    return c->n_threads;
+}
+
 void fwd_ctx_set_threads(struct fwd_ctx *c, int n_threads)
 {
     c->n_threads = n_threads > 0 ? n_threads : omp_get_num_procs();

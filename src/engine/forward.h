@@ -26,6 +26,8 @@ struct fwd_ctx;
 struct fwd_ctx *fwd_ctx_new(const struct model *m, int64_t max_ctx, int n_threads);
 void fwd_ctx_free(struct fwd_ctx *c);
 int64_t fwd_ctx_max_ctx(const struct fwd_ctx *c);
+/* The thread count the context computes with. */
+int fwd_ctx_threads(const struct fwd_ctx *c);
 void fwd_ctx_set_threads(struct fwd_ctx *c, int n_threads);
 
 struct lora_adapter;

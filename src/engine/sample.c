@@ -180,10 +180,11 @@ int32_t sampler_sample(struct sampler *s, float *logits, float *logprob)
             if (s->counts[i])
                 logits[i] -= (float)s->counts[i] * p->frequency_penalty + p->presence_penalty;
     const float t = p->temperature > 0 ? p->temperature : 1.0f;
+    /* The first index of the largest logit (the logits are finite: the engine checks them). */
+    const float top = quant_scale_max_kernel()(n, logits, 1.0f);
     int64_t best = 0;
-    for (int64_t i = 1; i < n; i++)
-        if (logits[i] > logits[best])
-            best = i;
+    while (best < n - 1 && !(logits[best] == top))
+        best++;
     quant_exp_kernel()(n, logits, logits[best], t, s->e);
     double sum = 0;
     for (int64_t i = 0; i < n; i++) {

@@ -157,11 +157,9 @@ static int take_token(struct af_engine *e, struct gen_req *g, int32_t id, float 
     return 0;
 }
 
-/* Samples from logits (modified by the penalties) and moves the request on. */
-static void sample_next(struct af_engine *e, struct gen_req *g, float *logits)
+/* Moves the request on with the token id drawn from its sampler (log-prob lp). */
+static void take_sampled(struct af_engine *e, struct gen_req *g, int32_t id, float lp)
 {
-    float lp = 0;
-    const int32_t id = sampler_sample(g->smp, logits, &lp);
     sampler_accept(g->smp, id);
     if (take_token(e, g, id, lp)) {
         g->st = RQ_DONE;
@@ -169,6 +167,14 @@ static void sample_next(struct af_engine *e, struct gen_req *g, float *logits)
         g->pending = id;
         g->st = RQ_DECODE;
     }
+}
+
+/* Samples from logits (modified by the penalties) and moves the request on. */
+static void sample_next(struct af_engine *e, struct gen_req *g, float *logits)
+{
+    float lp = 0;
+    const int32_t id = sampler_sample(g->smp, logits, &lp);
+    take_sampled(e, g, id, lp);
 }
 
 static struct sampler_params to_sampler(const struct af_engine_gen_params *p)
@@ -286,6 +292,19 @@ static void decode_step(struct af_engine *e, const struct plan *pl)
         e->step_logits = af_xmalloc((size_t)FWD_MAX_ROWS * (size_t)V * sizeof(float));
     char err[512] = "";
     int rc = fwd_eval_rows(e->fc, pl->seqs, pl->toks, pl->rows, e->step_logits, err, sizeof err);
+    /* Each request's first row is drawn from its own sampler whatever the others do, so those
+     * draws run on all threads (over the vocabulary, they cost as much as a small matmul);
+     * taking the tokens (text, stop strings, callbacks) stays in order on this thread. */
+    int32_t ids[FWD_MAX_ROWS];
+    float lps[FWD_MAX_ROWS];
+    const int nt = rc || pl->n < 2 ? 1 : fwd_ctx_threads(e->fc);
+#pragma omp parallel for num_threads(nt) schedule(dynamic, 1)
+    for (int64_t j = 0; j < pl->n; j++)
+        if (!rc) {
+            lps[j] = 0;
+            ids[j] = sampler_sample(pl->reqs[j]->smp,
+                                    e->step_logits + (size_t)pl->first[j] * (size_t)V, &lps[j]);
+        }
     for (int64_t j = 0; j < pl->n; j++) {
         struct gen_req *g = pl->reqs[j];
         if (rc) {
@@ -300,7 +319,10 @@ static void decode_step(struct af_engine *e, const struct plan *pl)
              * without drafts (take_token checks its length); the KV of the rest stays in
              * place until it is kept or overwritten. */
             g->seq->n = base + r + 1;
-            sample_next(e, g, e->step_logits + (size_t)(pl->first[j] + r) * (size_t)V);
+            if (r == 0)
+                take_sampled(e, g, ids[j], lps[j]);
+            else
+                sample_next(e, g, e->step_logits + (size_t)(pl->first[j] + r) * (size_t)V);
             if (g->st == RQ_DONE || r == n_draft || g->pending != pl->toks[pl->first[j] + r + 1])
                 break;
         }
