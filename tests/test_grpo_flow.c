@@ -386,6 +386,109 @@ static json_t *metrics_core(const char *run)
     return all;
 }
 
+/* Dynamic sampling: each step rolls out rounds of `batch` questions until `batch` groups have
+ * differing rewards (at most 1 + R rounds), logs every rollout, and updates on the differing
+ * groups only; when none differs (a gold answer no reply gives) the step updates nothing. */
+static int check_dynamic_metrics(const char *run, int steps, int max_rounds, int want_used)
+{
+    int more = 0;
+    size_t len;
+    char *text = slurp(run, "metrics.jsonl", &len), *save = NULL;
+    int n = 0;
+    for (char *line = strtok_r(text, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+        json_t *j = json_loads(line, 0, NULL);
+        assert_non_null(j);
+        const int64_t rounds = json_integer_value(json_object_get(j, "rollout_rounds"));
+        const int64_t used = json_integer_value(json_object_get(j, "groups_used"));
+        const int64_t traj = json_integer_value(json_object_get(j, "trajectories"));
+        const double deg = json_number_value(json_object_get(j, "degenerate_frac"));
+        const int64_t groups = traj / 8;
+        fprintf(stderr, "%s step %d: %lld rounds, %lld of %lld groups used (degenerate %.2f)\n",
+                run, n + 1, (long long)rounds, (long long)used, (long long)groups, deg);
+        assert_true(rounds >= 1 && rounds <= max_rounds);
+        assert_int_equal(traj, rounds * 2 * 8); /* every round's rollouts counted */
+        assert_int_equal(used, groups - (int64_t)(deg * (double)groups + 0.5));
+        assert_true(used >= 2 || rounds == max_rounds); /* stops once `batch` groups differ */
+        if (want_used >= 0)
+            assert_int_equal(used, want_used);
+        more += rounds > 1;
+        json_decref(j);
+        n++;
+    }
+    free(text);
+    assert_int_equal(n, steps);
+    return more;
+}
+
+static void test_dynamic_sampling(void **state)
+{
+    (void)state;
+    char err[4096], mixed[512];
+    /* half the questions have a gold answer no reply gives: their groups are all zeros */
+    path(mixed, sizeof mixed, "mixed.jsonl");
+    FILE *mf = fopen(mixed, "w");
+    assert_non_null(mf);
+    for (int i = 0; i < N_Q; i++)
+        fprintf(mf,
+                "{\"question\":\"Question %d: is it so?\",\"answer\":\"%s\",\"bench\":"
+                "\"bamboogle\"}\n",
+                i, i % 2 ? "maybe" : "yes");
+    fclose(mf);
+    const char *extra[] = {"--steps", "3",   "--lr",         "3e-3", "--dynamic-sampling",  "2",
+                           "--data",  mixed, "--save-every", "3",    "--frequency-penalty", "0",
+                           NULL};
+    if (grpo("dyn", extra, err, sizeof err) != 0)
+        fail_msg("train grpo: %s", err);
+    const int more = check_dynamic_metrics("dyn", 3, 3, -1);
+    assert_true(more > 0); /* some step needed more than one round */
+    /* every rollout is logged, kept or not */
+    size_t len;
+    char *roll = slurp("dyn", "rollouts.jsonl", &len),
+         *metrics = slurp("dyn", "metrics.jsonl", &len);
+    int lines = 0, traj = 0;
+    for (const char *c = roll; *c; c++)
+        lines += *c == '\n';
+    for (const char *c = strstr(metrics, "\"trajectories\":"); c;
+         c = strstr(c + 1, "\"trajectories\":"))
+        traj += atoi(c + strlen("\"trajectories\":"));
+    assert_int_equal(lines, traj);
+    free(roll);
+    free(metrics);
+
+    /* a gold answer no reply gives: every group is all zeros, three rounds, no update */
+    char bad[512], e2[512], mp[512], ad[512];
+    path(bad, sizeof bad, "never.jsonl");
+    FILE *f = fopen(bad, "w");
+    assert_non_null(f);
+    for (int i = 0; i < N_Q; i++)
+        fprintf(f,
+                "{\"question\":\"Question %d: is it so?\",\"answer\":\"maybe\",\"bench\":"
+                "\"bamboogle\"}\n",
+                i);
+    fclose(f);
+    const char *extra2[] = {"--steps", "1", "--lr",         "3e-3", "--dynamic-sampling",  "2",
+                            "--data",  bad, "--save-every", "1",    "--frequency-penalty", "0",
+                            NULL};
+    if (grpo("dyn0", extra2, err, sizeof err) != 0)
+        fail_msg("train grpo: %s", err);
+    (void)check_dynamic_metrics("dyn0", 1, 3, 0);
+    path(mp, sizeof mp, "sft/model.gguf");
+    path(ad, sizeof ad, "dyn0");
+    struct model *m = NULL;
+    struct lora_adapter *l = NULL;
+    assert_int_equal(model_load(mp, &m, e2, sizeof e2), 0);
+    assert_int_equal(lora_load_peft(ad, m, &l, e2, sizeof e2), 0);
+    int nonzero = 0; /* a fresh adapter's B is 0, and no update ran */
+    for (int64_t i = 0; i < l->n_layer * LORA_N_TARGETS; i++) {
+        const struct lora_pair *pr = &l->pairs[i];
+        for (int64_t k = 0; pr->b && k < pr->n_out * l->rank; k++)
+            nonzero += pr->b[k] != 0.0f;
+    }
+    assert_int_equal(nonzero, 0);
+    lora_free(l);
+    model_free(m);
+}
+
 static void test_resume(void **state)
 {
     (void)state;
@@ -816,15 +919,11 @@ static void test_mpi_kill_rank(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_bad_input),
-        cmocka_unit_test(test_lr_zero),
-        cmocka_unit_test(test_resume),
-        cmocka_unit_test(test_learning),
-        cmocka_unit_test(test_validation),
-        cmocka_unit_test(test_kill_resume),
-        cmocka_unit_test(test_judge_and_bench_data),
-        cmocka_unit_test(test_full_mode),
-        cmocka_unit_test(test_mpi_two_ranks),
+        cmocka_unit_test(test_bad_input),        cmocka_unit_test(test_lr_zero),
+        cmocka_unit_test(test_resume),           cmocka_unit_test(test_learning),
+        cmocka_unit_test(test_dynamic_sampling), cmocka_unit_test(test_validation),
+        cmocka_unit_test(test_kill_resume),      cmocka_unit_test(test_judge_and_bench_data),
+        cmocka_unit_test(test_full_mode),        cmocka_unit_test(test_mpi_two_ranks),
         cmocka_unit_test(test_mpi_kill_rank),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

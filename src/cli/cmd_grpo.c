@@ -62,6 +62,9 @@ static void grpo_usage(FILE *f)
             "  --frequency-penalty P     planner frequency penalty while sampling (default:\n"
             "                            the flow's, 1.2); the update scores each token under\n"
             "                            the same penalised distribution\n"
+            "  --dynamic-sampling R      update only on groups whose rewards differ, rolling\n"
+            "                            out up to R more batches a step to find B of them\n"
+            "                            (DAPO's dynamic sampling; default 0: off)\n"
             "  --max-tokens N            planner reply cap (default 2048)\n"
             "  --reward R                correct (0/1, default) or f1\n"
             "  --judge, --judge-url URL, --judge-model NAME   reward from an LLM judge (default\n"
@@ -114,6 +117,7 @@ enum {
     G_MINIB,
     G_TEMP,
     G_FREQ,
+    G_DYN,
     G_MAXTOK,
     G_REWARD,
     G_JUDGE,
@@ -158,6 +162,7 @@ static const struct option grpo_own_opts[] = {
     {"mini-batch", required_argument, 0, G_MINIB},
     {"temperature", required_argument, 0, G_TEMP},
     {"frequency-penalty", required_argument, 0, G_FREQ},
+    {"dynamic-sampling", required_argument, 0, G_DYN},
     {"max-tokens", required_argument, 0, G_MAXTOK},
     {"reward", required_argument, 0, G_REWARD},
     {"judge", no_argument, 0, G_JUDGE},
@@ -220,6 +225,7 @@ static int handle_num(struct grpo_args *a, int o, const char *arg)
         NUM(G_MINIB, "mini-batch", 0, 1e9, t->mini_batch = (int64_t)d)
         NUM(G_TEMP, "temperature", 1e-3, 100, t->temperature = (float)d)
         NUM(G_FREQ, "frequency-penalty", -100, 100, t->frequency_penalty = (float)d)
+        NUM(G_DYN, "dynamic-sampling", 0, 1000, t->dynamic_sampling = (int)d)
         NUM(G_MAXTOK, "max-tokens", 1, 1e6, t->max_tokens = (int)d)
         NUM(G_RANK, "lora-rank", 1, 4096, t->lora_rank = (int)d)
         NUM(G_ALPHA, "lora-alpha", 1e-6, 1e6, t->lora_alpha = (float)d)

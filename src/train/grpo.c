@@ -154,6 +154,7 @@ static int check_opts(const struct train_grpo_opts *o, char *err, size_t errlen)
         {!(o->temperature > 0) || !isfinite(o->temperature),
          "--temperature must be > 0: training samples, and log-probs divide by it"},
         {isinf(o->frequency_penalty), "--frequency-penalty must be a finite number"},
+        {o->dynamic_sampling < 0, "--dynamic-sampling must not be negative"},
         {o->ppo_epochs < 1, "--ppo-epochs must be at least 1"},
         {o->mini_batch < 0, "--mini-batch must not be negative"},
         {!(o->hp.clip_low >= 0 && o->hp.clip_low < 1) || !(o->hp.clip_high >= 0),
@@ -339,6 +340,8 @@ static char *settings_json(const struct run *r)
     const double fp = r->flow.slots[AF_SLOT_PLANNER].sampling.frequency_penalty;
     if (fp != 0)
         json_object_set_new(s, "frequency_penalty", json_real(fp));
+    if (o->dynamic_sampling > 0)
+        json_object_set_new(s, "dynamic_sampling", json_integer(o->dynamic_sampling));
     char *text = json_dumps(s, JSON_COMPACT);
     json_decref(s);
     return text;
@@ -388,6 +391,7 @@ static int start_or_resume(struct run *r, char *err, size_t errlen)
 struct step_sums {
     double reward, correct, degenerate;
     int64_t n_traj, n_groups, turns, turns_max, resp_tokens, gen_tokens, steps, failed_steps;
+    int64_t rounds, groups_used; /* rollout rounds (dynamic sampling), groups the update got */
     int64_t solve_errors, train_tokens;
     json_t *tool_use;
 };
@@ -467,8 +471,7 @@ static struct grpo_turn *gather(struct grpo_traj *t, int64_t n_q, int64_t G, siz
     for (int64_t q = 0; q < n_q; q++) {
         for (int64_t g = 0; g < G; g++)
             rw[g] = t[q * G + g].reward;
-        s->degenerate += grpo_group_advantages(rw, G, adv);
-        s->n_groups++;
+        (void)grpo_group_advantages(rw, G, adv);
         for (int64_t g = 0; g < G; g++) {
             struct grpo_traj *tr = &t[q * G + g];
             for (size_t i = 0; i < tr->n_turns; i++) {
@@ -684,6 +687,10 @@ static json_t *metrics_json(const struct run *r, const struct step_sums *s,
                                   u->old_s, "logp_ref", u->ref_s, "backward", u->bwd_s, "allreduce",
                                   u->allreduce_s, "optimizer", u->opt_s));
     json_object_set_new(j, "optimizer_steps", json_integer((json_int_t)u->opt_steps));
+    if (r->o->dynamic_sampling > 0) {
+        json_object_set_new(j, "rollout_rounds", json_integer((json_int_t)s->rounds));
+        json_object_set_new(j, "groups_used", json_integer((json_int_t)s->groups_used));
+    }
     if (u->skipped)
         json_object_set_new(j, "skipped_steps", json_integer((json_int_t)u->skipped));
     if (!isnan(val_acc))
@@ -739,39 +746,110 @@ static uint64_t weights_checksum(const struct run *r)
     return h;
 }
 
-static int step_once(struct run *r, struct train_grpo_step *out, char *err, size_t errlen)
+/* 1 when the G rewards of group q are all equal (it teaches nothing). */
+static int group_degenerate(const struct grpo_traj *t, int64_t q, int64_t G)
+{
+    for (int64_t g = 1; g < G; g++)
+        if (t[q * G + g].reward != t[q * G].reward)
+            return 0;
+    return 1;
+}
+
+/* One round of rollouts: the next `batch` questions (this rank's share), appended to *t
+ * (*n_q groups of G, owned). *n_useful counts the groups whose rewards differ; *roll_s += the
+ * round's time. */
+static int rollout_round(struct run *r, struct grpo_traj **t, int64_t *n_q, int64_t *n_useful,
+                         double *roll_s, char *err, size_t errlen)
 {
     const struct train_grpo_opts *o = r->o;
+    const int64_t G = o->group;
     /* every rank draws the whole batch (the same data order everywhere) and rolls out its
      * share of the questions */
     int64_t *batch = af_xmalloc((size_t)o->batch * sizeof *batch);
     int64_t *items = af_xmalloc((size_t)o->batch * sizeof *items);
     for (int64_t i = 0; i < o->batch; i++)
         batch[i] = next_item(r);
-    const int64_t n_q = my_share(batch, o->batch, items);
+    const int64_t n = my_share(batch, o->batch, items);
     free(batch);
-    double t0 = af_clock_ms();
+    const double t0 = af_clock_ms();
     struct grpo_rollout_req q = {
-        &r->flow,   o->data,        items,        n_q,       o->group,       o->seed,
-        r->st.step, o->concurrency, o->reward_f1, o->reward, o->reward_user, on_done,
-        r};
+        &r->flow,     o->data,   items,          n,       G, o->seed, r->st.step, o->concurrency,
+        o->reward_f1, o->reward, o->reward_user, on_done, r};
+    struct grpo_traj *got = NULL;
+    int rc = grpo_rollouts(&q, &got, err, errlen);
+    *roll_s += (af_clock_ms() - t0) / 1000.0;
+    free(items);
+    if (rc) {
+        free(got);
+        return rc;
+    }
+    *t = af_xrealloc(*t, (size_t)(*n_q + n) * (size_t)G * sizeof **t);
+    memcpy(*t + *n_q * G, got, (size_t)(n * G) * sizeof *got);
+    free(got);
+    for (int64_t k = *n_q; k < *n_q + n; k++)
+        *n_useful += !group_degenerate(*t, k, G);
+    *n_q += n;
+    return AF_OK;
+}
+
+/* Drops the groups whose rewards are all equal, keeping the others' order. Returns the count. */
+static int64_t drop_degenerate(struct grpo_traj *t, int64_t n_q, int64_t G)
+{
+    int64_t kept = 0;
+    for (int64_t k = 0; k < n_q; k++) {
+        if (group_degenerate(t, k, G)) {
+            for (int64_t g = 0; g < G; g++)
+                grpo_traj_deinit(&t[k * G + g]);
+            continue;
+        }
+        if (kept != k)
+            memmove(t + kept * G, t + k * G, (size_t)G * sizeof *t);
+        kept++;
+    }
+    return kept;
+}
+
+static int step_once(struct run *r, struct train_grpo_step *out, char *err, size_t errlen)
+{
+    const struct train_grpo_opts *o = r->o;
+    const int64_t G = o->group;
+    double roll_s = 0;
     struct grpo_traj *t = NULL;
-    int rc = grpo_rollouts(&q, &t, err, errlen);
-    const double roll_s = (af_clock_ms() - t0) / 1000.0;
-    const int64_t n_traj = n_q * o->group;
+    int64_t n_q = 0, n_useful = 0, rounds = 0;
+    int rc = AF_OK, local_rc;
+    /* Dynamic sampling (DAPO): a group whose rewards are all equal has no advantage and only
+     * dilutes the update, so more questions are rolled out until `batch` groups differ, at
+     * most dynamic_sampling more rounds, and the update sees only those. Every rank does the
+     * same rounds (the data order stays the same everywhere). */
+    for (;;) {
+        local_rc = rollout_round(r, &t, &n_q, &n_useful, &roll_s, err, errlen);
+        rounds++;
+        if (o->dynamic_sampling <= 0)
+            break;
+        double v[2] = {(double)n_useful, local_rc ? 1.0 : 0.0};
+        if ((rc = train_dist_sum_doubles(v, 2, err, errlen)) || v[1] > 0 ||
+            v[0] >= (double)o->batch || rounds > o->dynamic_sampling)
+            break;
+    }
+    const int64_t n_traj = n_q * G;
     struct step_sums s;
     memset(&s, 0, sizeof s);
     s.tool_use = json_object();
+    s.rounds = rounds;
     size_t n_turns = 0;
     struct grpo_turn *turns = NULL;
-    if (!rc) {
+    if (!local_rc) {
         sum_trajs(t, n_traj, &s);
-        turns = gather(t, n_q, o->group, &n_turns, &s);
+        for (int64_t k = 0; k < n_q; k++) {
+            s.degenerate += group_degenerate(t, k, G);
+            s.n_groups++;
+        }
     }
-    const int local_rc = rc;
-    rc = reduce_sums(&s, local_rc != AF_OK, err, errlen);
-    if (local_rc) /* this rank's own error comes first */
-        rc = local_rc;
+    if (!rc) {
+        rc = reduce_sums(&s, local_rc != AF_OK, err, errlen);
+        if (local_rc) /* this rank's own error comes first */
+            rc = local_rc;
+    }
     if (!rc)
         rc = log_rollouts(r, t, n_traj, err, errlen);
     if (!rc && s.solve_errors == s.n_traj) {
@@ -780,15 +858,24 @@ static int step_once(struct run *r, struct train_grpo_step *out, char *err, size
                 n_traj && t[0].errmsg ? t[0].errmsg : "see each rank's rollouts");
         rc = AF_EBACKEND;
     }
-    for (int64_t k = 0; k < n_traj && t; k++)
+    double used_all = 0; /* groups the update gets, every rank's */
+    if (!rc) {
+        const int64_t used = o->dynamic_sampling > 0 ? drop_degenerate(t, n_q, G) : n_q;
+        turns = gather(t, used, G, &n_turns, &s);
+        n_q = used;
+        used_all = (double)used;
+        rc = train_dist_sum_doubles(&used_all, 1, err, errlen);
+        s.groups_used = (int64_t)used_all;
+    }
+    for (int64_t k = 0; k < n_q * G && t; k++)
         grpo_traj_deinit(&t[k]);
     free(t);
-    free(items);
     struct grpo_update_stats u;
     memset(&u, 0, sizeof u);
     const float lr = train_sched_lr(&r->sched, r->st.step);
-    t0 = af_clock_ms();
-    if (!rc) {
+    const double t0 = af_clock_ms();
+    /* no group differs (dynamic sampling dropped them all): nothing to learn this step */
+    if (!rc && used_all > 0) {
         struct grpo_update_req uq = {
             r->net,
             r->params,

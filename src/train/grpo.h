@@ -83,6 +83,9 @@ struct train_grpo_opts {
     int ppo_epochs;              /* E, default 1 */
     int64_t mini_batch;          /* turns per optimiser step; 0 = every turn of the step */
     float temperature;           /* planner sampling, default 0.7 */
+    int dynamic_sampling;        /* > 0: roll out up to this many more rounds of `batch` questions a
+                                    step until `batch` groups have differing rewards, and update on
+                                    those only (DAPO's dynamic sampling); 0 (default) = off */
     float frequency_penalty;     /* planner sampling; NAN (default) = the flow planner slot's
                                     (1.2 in af_flow_default_params). The update scores every
                                     token under the same penalised distribution. */
