@@ -304,12 +304,34 @@ static void test_learning(void **state)
     assert_true(r1 > r0);
 }
 
+/* The nonzero entries of the LoRA B matrices saved in run folder `run` (a fresh adapter's B is
+ * 0, so 0 means no update reached it). */
+static int adapter_b_nonzero(const char *run)
+{
+    char mp[512], ad[512], e2[512];
+    path(mp, sizeof mp, "sft/model.gguf");
+    path(ad, sizeof ad, run);
+    struct model *m = NULL;
+    struct lora_adapter *l = NULL;
+    assert_int_equal(model_load(mp, &m, e2, sizeof e2), 0);
+    assert_int_equal(lora_load_peft(ad, m, &l, e2, sizeof e2), 0);
+    int nonzero = 0;
+    for (int64_t i = 0; i < l->n_layer * LORA_N_TARGETS; i++) {
+        const struct lora_pair *pr = &l->pairs[i];
+        for (int64_t k = 0; pr->b && k < pr->n_out * l->rank; k++)
+            nonzero += pr->b[k] != 0.0f;
+    }
+    lora_free(l);
+    model_free(m);
+    return nonzero;
+}
+
 static void test_lr_zero(void **state)
 {
     (void)state;
     char err[4096];
     const char *extra[] = {"--steps", "3", "--lr", "0", "--kl", "10", NULL};
-    char mp[512], ad[512], e2[512];
+    char mp[512];
     path(mp, sizeof mp, "sft/model.gguf");
     /* With an embedded model about, the slots no flag names (the planner's here) still run
      * the base model: `run`'s fallback must not replace it. */
@@ -319,21 +341,8 @@ static void test_lr_zero(void **state)
     if (code != 0)
         fail_msg("train grpo: %s", err);
     assert_null(strstr(err, "embedded model"));
-    path(ad, sizeof ad, "frozen");
-    struct model *m = NULL;
-    struct lora_adapter *l = NULL;
-    assert_int_equal(model_load(mp, &m, e2, sizeof e2), 0);
-    assert_int_equal(lora_load_peft(ad, m, &l, e2, sizeof e2), 0);
     /* a fresh adapter has B = 0; with no step size it must still be exactly 0 */
-    int nonzero = 0;
-    for (int64_t i = 0; i < l->n_layer * LORA_N_TARGETS; i++) {
-        const struct lora_pair *pr = &l->pairs[i];
-        for (int64_t k = 0; pr->b && k < pr->n_out * l->rank; k++)
-            nonzero += pr->b[k] != 0.0f;
-    }
-    assert_int_equal(nonzero, 0);
-    lora_free(l);
-    model_free(m);
+    assert_int_equal(adapter_b_nonzero("frozen"), 0);
 }
 
 static char *slurp(const char *run, const char *file, size_t *len)
@@ -456,7 +465,7 @@ static void test_dynamic_sampling(void **state)
     free(metrics);
 
     /* a gold answer no reply gives: every group is all zeros, three rounds, no update */
-    char bad[512], e2[512], mp[512], ad[512];
+    char bad[512];
     path(bad, sizeof bad, "never.jsonl");
     FILE *f = fopen(bad, "w");
     assert_non_null(f);
@@ -472,21 +481,7 @@ static void test_dynamic_sampling(void **state)
     if (grpo("dyn0", extra2, err, sizeof err) != 0)
         fail_msg("train grpo: %s", err);
     (void)check_dynamic_metrics("dyn0", 1, 3, 0);
-    path(mp, sizeof mp, "sft/model.gguf");
-    path(ad, sizeof ad, "dyn0");
-    struct model *m = NULL;
-    struct lora_adapter *l = NULL;
-    assert_int_equal(model_load(mp, &m, e2, sizeof e2), 0);
-    assert_int_equal(lora_load_peft(ad, m, &l, e2, sizeof e2), 0);
-    int nonzero = 0; /* a fresh adapter's B is 0, and no update ran */
-    for (int64_t i = 0; i < l->n_layer * LORA_N_TARGETS; i++) {
-        const struct lora_pair *pr = &l->pairs[i];
-        for (int64_t k = 0; pr->b && k < pr->n_out * l->rank; k++)
-            nonzero += pr->b[k] != 0.0f;
-    }
-    assert_int_equal(nonzero, 0);
-    lora_free(l);
-    model_free(m);
+    assert_int_equal(adapter_b_nonzero("dyn0"), 0); /* no update ran */
 }
 
 static void test_resume(void **state)
