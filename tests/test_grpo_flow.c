@@ -429,20 +429,28 @@ static int check_dynamic_metrics(const char *run, int steps, int max_rounds, int
     return more;
 }
 
+/* Writes the questions to `name` (its path into p), every `every`-th (from 0) with a gold
+ * answer the SFT'd flow gives ("yes"), the others with one no reply gives ("maybe"); every 1
+ * makes all of them unanswerable. */
+static void write_data(char *p, size_t plen, const char *name, int every)
+{
+    path(p, plen, name);
+    FILE *f = fopen(p, "w");
+    assert_non_null(f);
+    for (int i = 0; i < N_Q; i++)
+        fprintf(f,
+                "{\"question\":\"Question %d: is it so?\",\"answer\":\"%s\",\"bench\":"
+                "\"bamboogle\"}\n",
+                i, every > 1 && i % every == 0 ? "yes" : "maybe");
+    fclose(f);
+}
+
 static void test_dynamic_sampling(void **state)
 {
     (void)state;
     char err[4096], mixed[512];
     /* half the questions have a gold answer no reply gives: their groups are all zeros */
-    path(mixed, sizeof mixed, "mixed.jsonl");
-    FILE *mf = fopen(mixed, "w");
-    assert_non_null(mf);
-    for (int i = 0; i < N_Q; i++)
-        fprintf(mf,
-                "{\"question\":\"Question %d: is it so?\",\"answer\":\"%s\",\"bench\":"
-                "\"bamboogle\"}\n",
-                i, i % 2 ? "maybe" : "yes");
-    fclose(mf);
+    write_data(mixed, sizeof mixed, "mixed.jsonl", 2);
     const char *extra[] = {"--steps", "3",   "--lr",         "3e-3", "--dynamic-sampling",  "2",
                            "--data",  mixed, "--save-every", "3",    "--frequency-penalty", "0",
                            NULL};
@@ -466,15 +474,7 @@ static void test_dynamic_sampling(void **state)
 
     /* a gold answer no reply gives: every group is all zeros, three rounds, no update */
     char bad[512];
-    path(bad, sizeof bad, "never.jsonl");
-    FILE *f = fopen(bad, "w");
-    assert_non_null(f);
-    for (int i = 0; i < N_Q; i++)
-        fprintf(f,
-                "{\"question\":\"Question %d: is it so?\",\"answer\":\"maybe\",\"bench\":"
-                "\"bamboogle\"}\n",
-                i);
-    fclose(f);
+    write_data(bad, sizeof bad, "never.jsonl", 1);
     const char *extra2[] = {"--steps", "1", "--lr",         "3e-3", "--dynamic-sampling",  "2",
                             "--data",  bad, "--save-every", "1",    "--frequency-penalty", "0",
                             NULL};

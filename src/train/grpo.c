@@ -779,7 +779,9 @@ static int rollout_round(struct run *r, struct grpo_traj **t, int64_t *n_q, int6
     int rc = grpo_rollouts(&q, &got, err, errlen);
     *roll_s += (af_clock_ms() - t0) / 1000.0;
     free(items);
-    if (rc) {
+    if (rc) { /* the finished solves hold their results: free those too */
+        for (int64_t k = 0; got && k < n * G; k++)
+            grpo_traj_deinit(&got[k]);
         free(got);
         return rc;
     }
