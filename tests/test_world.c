@@ -511,6 +511,53 @@ static void test_expert_traces(void **state)
     tmp_remove(&t);
 }
 
+/* A Python run that times out is a passing fault of a loaded machine, not part of a trace: the
+ * solve runs again (3 tries), and a clean trace that keeps the fault fails the command; the
+ * same option at a sane value writes the clean traces. */
+static void test_traces_retry_tool_faults(void **state)
+{
+    (void)state;
+    struct tmpdir t = {""};
+    tmp_make(&t);
+    char w[128], out[160];
+    snprintf(w, sizeof w, "%s/w", t.path);
+    snprintf(out, sizeof out, "%s/t.jsonl", t.path);
+    const char *mk[] = {proc_agentflow_bin(), "world", "build", "--out", w,
+                        "--max-train",        "40",    NULL};
+    const char *run[] = {proc_agentflow_bin(),
+                         "world",
+                         "traces",
+                         "--world",
+                         w,
+                         "--out",
+                         out,
+                         "--limit",
+                         "2",
+                         "--bench",
+                         "world-calc",
+                         NULL};
+    struct proc_result r;
+    assert_int_equal(proc_run(mk, NULL, 120, &r), 0);
+    assert_int_equal(r.exit_code, 0);
+    proc_result_deinit(&r);
+    const char *tight[] = {"AGENTFLOW_PYTHON_TIMEOUT_S=0.001", NULL};
+    assert_int_equal(proc_run(run, tight, 300, &r), 0);
+    assert_int_equal(r.exit_code, 3);
+    assert_non_null(strstr(r.err, "world-calc-train-0: Python_Code_Generator_Tool: timed out"));
+    assert_non_null(strstr(r.err, "solving it again"));
+    assert_non_null(strstr(r.err, "a tool call failed in all 3 tries"));
+    assert_non_null(strstr(r.err, "2 traces (train split), 0 reached the gold answer, 2 failed"));
+    proc_result_deinit(&r);
+    const char *sane[] = {"AGENTFLOW_PYTHON_TIMEOUT_S=60", NULL};
+    assert_int_equal(proc_run(run, sane, 300, &r), 0);
+    if (r.exit_code != 0)
+        fail_msg("world traces: exit %d: %s", r.exit_code, r.err);
+    assert_null(strstr(r.err, "solving it again"));
+    assert_non_null(strstr(r.err, "2 traces (train split), 2 reached the gold answer, 0 failed"));
+    proc_result_deinit(&r);
+    tmp_remove(&t);
+}
+
 /* The compact prompt set: the same solves reach their answers, with short prompts (no JSON
  * cards) that start with the parts every module shares. */
 static void test_compact_prompts(void **state)
@@ -882,6 +929,7 @@ int main(void)
         cmocka_unit_test(test_facts_found_by_search),
         cmocka_unit_test(test_cli_errors),
         cmocka_unit_test(test_expert_traces),
+        cmocka_unit_test(test_traces_retry_tool_faults),
         cmocka_unit_test(test_run_without_url),
         cmocka_unit_test(test_expert_url_errors),
         cmocka_unit_test(test_compact_prompts),

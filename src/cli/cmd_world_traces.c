@@ -62,6 +62,8 @@ static void usage(FILE *f)
         "  --limit N        the first N questions of each benchmark\n"
         "  --concurrency N  solves at once (default 2)\n"
         "  --prompts DIR    the prompt templates the model will be trained with\n"
+        "A solve in which a tool call timed out or could not run (a loaded machine) is run\n"
+        "again, up to 3 times; a trace without noise that keeps such a fault has failed.\n"
         "Exit codes: 0 ok, 2 usage, 3 a trace without noise missed its gold answer or a\n"
         "solve failed, 4 a missing or malformed world.\n");
 }
@@ -83,7 +85,28 @@ struct job {
 
 struct collect {
     json_t *records;
+    char tool_fault[200]; /* the first tool call that failed for want of time or a sandbox */
 };
+
+/* A Python run that timed out, or a tool call that did not run (the sandbox could not be set
+ * up): on a loaded machine these come and go, and a trace holding one would differ from a
+ * rerun's. A program's own error (a traceback) is not one: it is the same every time. */
+static void note_tool_fault(struct collect *c, const json_t *r)
+{
+    const json_t *res = json_object_get(r, "result");
+    const char *e = json_string_value(json_object_get(r, "error"));
+    int timed_out = json_is_true(json_object_get(res, "timed_out"));
+    if (c->tool_fault[0] || (!e && !timed_out))
+        return;
+    const char *detail = json_string_value(json_object_get(res, "error"));
+    snprintf(c->tool_fault, sizeof c->tool_fault, "%s: %s",
+             json_string_value(json_object_get(r, "tool"))
+                 ? json_string_value(json_object_get(r, "tool"))
+                 : "a tool",
+             detail ? detail
+             : e    ? e
+                    : "timed out");
+}
 
 static void on_record(void *user, const json_t *r)
 {
@@ -91,6 +114,37 @@ static void on_record(void *user, const json_t *r)
     const char *type = json_string_value(json_object_get(r, "type"));
     if (type && !strcmp(type, "llm") && json_is_string(json_object_get(r, "response")))
         json_array_append_new(c->records, json_deep_copy(r));
+    else if (type && !strcmp(type, "tool"))
+        note_tool_fault(c, r);
+}
+
+/* Solves one question, again (up to TOOL_TRIES in all) while a tool call fails for a passing
+ * reason: the expert's replies depend only on the question, so a clean retry writes the same
+ * bytes as an undisturbed first run would (`make model` rebuilds the same data set). */
+#define TOOL_TRIES 3
+static int solve_item(struct job *j, const json_t *item, struct collect *c,
+                      struct af_flow_result *res)
+{
+    const char *pid = json_string_value(json_object_get(item, "pid"));
+    for (int attempt = 1;; attempt++) {
+        c->records = json_array();
+        c->tool_fault[0] = '\0';
+        struct af_flow_params fp = j->rc->params;
+        fp.trace = af_trace_new_fn(on_record, c);
+        fp.on_step = NULL;
+        int rc = af_flow_solve(&fp, pid, json_string_value(json_object_get(item, "query")), res);
+        af_trace_close(fp.trace);
+        if (!c->tool_fault[0] || attempt == TOOL_TRIES) {
+            if (c->tool_fault[0])
+                fprintf(stderr, CMD ": %s: a tool call failed in all %d tries (%s)%s\n", pid,
+                        TOOL_TRIES, c->tool_fault,
+                        j->a->noise == 0 ? "" : "; the noisy trace keeps it");
+            return rc;
+        }
+        fprintf(stderr, CMD ": %s: %s; solving it again\n", pid, c->tool_fault);
+        json_decref(c->records);
+        af_flow_result_deinit(res);
+    }
 }
 
 static int module_index(const char *m)
@@ -136,14 +190,16 @@ static void *worker(void *p)
         if (k >= json_array_size(j->items))
             return NULL;
         const json_t *item = json_array_get(j->items, k);
-        struct collect c = {json_array()};
-        struct af_flow_params fp = j->rc->params;
-        fp.trace = af_trace_new_fn(on_record, &c);
-        fp.on_step = NULL;
+        struct collect c;
         struct af_flow_result res;
         const char *pid = json_string_value(json_object_get(item, "pid"));
-        int rc = af_flow_solve(&fp, pid, json_string_value(json_object_get(item, "query")), &res);
-        af_trace_close(fp.trace);
+        int rc = solve_item(j, item, &c, &res);
+        /* A clean trace is one whose tools all ran: a kept fault would teach a reply to it. */
+        if (rc == AF_OK && c.tool_fault[0] && j->a->noise == 0) {
+            rc = AF_ETOOL;
+            free(res.errmsg);
+            res.errmsg = af_xstrdup(c.tool_fault);
+        }
         int correct = 0;
         char err[256];
         struct af_score sc;

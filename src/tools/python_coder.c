@@ -201,10 +201,20 @@ static void coder_free(void *p)
 
 struct af_tool *af_tool_python_coder_new(const json_t *opts)
 {
-    (void)opts;
     struct coder *c = af_xcalloc(1, sizeof *c);
     pthread_mutex_init(&c->mu, NULL);
     c->params = sandbox_default_params();
+    /* A loaded machine may need longer than the default 10 s; a malformed value keeps it. */
+    const char *t = af_tool_option(opts, "python_timeout_s", "AGENTFLOW_PYTHON_TIMEOUT_S");
+    char *end = NULL;
+    double secs = t ? strtod(t, &end) : 0;
+    if (t && end != t && !*end && secs > 0 && secs <= 3600)
+        c->params.timeout_s = secs;
+    else if (t)
+        fprintf(stderr,
+                "agentflow: python_timeout_s '%s' is not a number of seconds in (0, 3600]; "
+                "keeping %g\n",
+                t, c->params.timeout_s);
     const char *v = getenv("AGENTFLOW_SANDBOX");
     c->mode = !v                             ? SANDBOX_AUTO
               : strcmp(v, "rlimits") == 0    ? SANDBOX_RLIMITS
