@@ -72,7 +72,7 @@ LIBA := $(B)/libagentflow.a
 CLI := $(B)/agentflow
 
 .SECONDARY: $(TEST_SUPPORT_OBJ)
-.PHONY: all test asan lint format bench fuzz clean model reproduce
+.PHONY: all test asan lint format bench fuzz clean model reproduce repair
 all: $(CLI) $(LIBA) build/agentflow build/libagentflow.a
 
 # Stable paths for users and scripts, whatever the MODE.
@@ -150,6 +150,11 @@ model: all
 # an hour on 2 cores after `make model`; scripts/reproduce.sh).
 reproduce: all
 	./scripts/reproduce.sh
+
+# docs/REPRODUCTION.md's repair study: a planner damaged by SFT on flawed traces, then
+# Flow-GRPO, 3 seeds (about 75 minutes on 2 cores; scripts/repair.sh, the shipped model).
+repair: all
+	./scripts/repair.sh
 
 lint:
 	@echo "clang-format check"; clang-format --dry-run --Werror $(FORMAT_SRC)

@@ -25,6 +25,7 @@
 #include "core/fileio.h"
 #include "engine/gguf.h"
 #include "engine/quant.h"
+#include "engine/tpool.h"
 #include "support/proc.h"
 #include "support/shared.h"
 
@@ -1212,9 +1213,95 @@ static void test_cli_model(void **state)
     unlink(cfg);
 }
 
+/* ---- the engine's worker pool ---- */
+
+struct tp_count {
+    int calls[8];
+    int nth_seen[8];
+    long sum;
+    pthread_mutex_t mu;
+};
+
+static void tp_fn(void *arg, int tid, int nth)
+{
+    struct tp_count *c = arg;
+    pthread_mutex_lock(&c->mu);
+    c->calls[tid]++;
+    c->nth_seen[tid] = nth;
+    c->sum += tid + 1;
+    pthread_mutex_unlock(&c->mu);
+}
+
+/* Every share of every run is called exactly once, with the clamped nth, over runs that come
+ * back to back (workers spinning) and after pauses (workers asleep). */
+static void test_tpool_runs(void **state)
+{
+    (void)state;
+    struct tpool *p = tpool_new(3);
+    assert_int_equal(tpool_threads(p), 3);
+    for (int nth = 1; nth <= 5; nth++) {
+        struct tp_count c = {.mu = PTHREAD_MUTEX_INITIALIZER};
+        const int runs = 2000, n = nth < 3 ? nth : 3;
+        for (int r = 0; r < runs; r++) {
+            if (r % 500 == 499)
+                af_clock_sleep_ms(10); /* past the spin: the workers sleep */
+            tpool_run(p, nth, tp_fn, &c);
+        }
+        for (int t = 0; t < 8; t++) {
+            assert_int_equal(c.calls[t], t < n ? runs : 0);
+            if (t < n)
+                assert_int_equal(c.nth_seen[t], n);
+        }
+        assert_int_equal(c.sum, (long)runs * n * (n + 1) / 2);
+    }
+    tpool_free(p);
+    tpool_free(NULL);
+    /* A pool of one thread, or none, runs everything on the caller. */
+    struct tp_count c = {.mu = PTHREAD_MUTEX_INITIALIZER};
+    tpool_run(NULL, 4, tp_fn, &c);
+    assert_int_equal(c.calls[0], 1);
+    assert_int_equal(c.calls[1], 0);
+}
+
+struct tp_caller {
+    struct tpool *p;
+    struct tp_count c;
+};
+
+static void *tp_caller_main(void *a)
+{
+    struct tp_caller *k = a;
+    for (int r = 0; r < 3000; r++)
+        tpool_run(k->p, 2, tp_fn, &k->c);
+    return NULL;
+}
+
+/* Two threads running on one pool at once: the one that finds it busy makes its calls on its
+ * own thread, and neither loses a share. */
+static void test_tpool_concurrent_callers(void **state)
+{
+    (void)state;
+    struct tpool *p = tpool_new(2);
+    struct tp_caller k[2] = {{p, {.mu = PTHREAD_MUTEX_INITIALIZER}},
+                             {p, {.mu = PTHREAD_MUTEX_INITIALIZER}}};
+    pthread_t th[2];
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(pthread_create(&th[i], NULL, tp_caller_main, &k[i]), 0);
+    for (int i = 0; i < 2; i++)
+        pthread_join(th[i], NULL);
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(k[i].c.calls[0], 3000);
+        assert_int_equal(k[i].c.calls[1], 3000);
+        assert_int_equal(k[i].c.sum, 3000L * 3);
+    }
+    tpool_free(p);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_tpool_runs),
+        cmocka_unit_test(test_tpool_concurrent_callers),
         cmocka_unit_test(test_reference_logits),
         cmocka_unit_test(test_reference_prompt_ids),
         cmocka_unit_test(test_hf_checkpoints),

@@ -12,6 +12,7 @@
 #include <assert.h>
 #include <math.h>
 #include <omp.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -19,6 +20,7 @@
 #include "core/xalloc.h"
 #include "engine/lora.h"
 #include "engine/quant.h"
+#include "engine/tpool.h"
 
 #define UBATCH 256
 /* Positions attention scores per kernel call (a multiple of KV_BLOCK). */
@@ -30,6 +32,7 @@ struct fwd_ctx {
     const struct model *m;
     int64_t max_ctx;
     int n_threads;
+    struct tpool *pool; /* n_threads, the caller of a forward pass included */
     float *x, *xn, *q, *k, *v, *att, *gate, *up, *rope_cos, *rope_sin;
     float *scores; /* [n_threads][group][max_ctx] */
     void *qbuf;    /* prepared activations: UBATCH rows of the widest input */
@@ -85,9 +88,18 @@ int fwd_ctx_threads(const struct fwd_ctx *c)
     return c->n_threads;
 }
 
+void fwd_ctx_run(struct fwd_ctx *c, int nth, void (*fn)(void *arg, int tid, int nth), void *arg)
+{
+    tpool_run(c->pool, nth, fn, arg);
+}
+
 void fwd_ctx_set_threads(struct fwd_ctx *c, int n_threads)
 {
     c->n_threads = n_threads > 0 ? n_threads : omp_get_num_procs();
+    if (tpool_threads(c->pool) != c->n_threads) {
+        tpool_free(c->pool);
+        c->pool = tpool_new(c->n_threads);
+    }
     free(c->scores);
     const int64_t group = c->m->hp.n_head / c->m->hp.n_head_kv;
     c->scores =
@@ -107,6 +119,7 @@ void fwd_ctx_free(struct fwd_ctx *c)
     free(c->pad_out);
     free(c->row_seq);
     free(c->row_pos);
+    tpool_free(c->pool);
     free(c);
 }
 
@@ -138,6 +151,39 @@ int64_t fwd_ctx_max_ctx(const struct fwd_ctx *c)
 
 /* ---- Ops -------------------------------------------------------------------------------- */
 
+struct mm_job {
+    const struct weight *w;
+    const float *x;
+    int64_t nb, nb_in;
+    char *qb;
+    size_t rb;
+    float *out;
+    int64_t n_chunks, per;
+    _Atomic int64_t next; /* the next row range to take */
+};
+
+static void mm_prepare(void *arg, int tid, int nth)
+{
+    struct mm_job *jb = arg;
+    const int64_t per = (jb->nb + nth - 1) / nth;
+    for (int64_t j = tid * per; j < jb->nb && j < (tid + 1) * per; j++)
+        quant_prepare_act(jb->w->type, jb->x + (j < jb->nb_in ? j : 0) * jb->w->n_in,
+                          jb->qb + (size_t)j * jb->rb, jb->w->n_in);
+}
+
+static void mm_chunks(void *arg, int tid, int nth)
+{
+    (void)tid;
+    (void)nth;
+    struct mm_job *jb = arg;
+    const struct weight *w = jb->w;
+    for (int64_t ci; (ci = atomic_fetch_add(&jb->next, 1)) < jb->n_chunks;) {
+        const int64_t r0 = ci * jb->per, r1 = r0 + jb->per > w->n_out ? w->n_out : r0 + jb->per;
+        if (r0 < r1)
+            quant_matmul(w->type, w->data, w->n_in, jb->qb, jb->nb, jb->out, w->n_out, r0, r1);
+    }
+}
+
 /* out[j][r] = W row r . x[j] for nb rows of x (n_in floats each); out rows of n_out floats. */
 static void matmul(struct fwd_ctx *c, const struct weight *w, const float *x, int64_t nb,
                    float *out)
@@ -153,27 +199,44 @@ static void matmul(struct fwd_ctx *c, const struct weight *w, const float *x, in
     const int64_t nb_in = nb;
     if (pad)
         nb = 2;
-#pragma omp parallel num_threads(nt)
-    {
-#pragma omp for schedule(static)
-        for (int64_t j = 0; j < nb; j++)
-            quant_prepare_act(w->type, x + (j < nb_in ? j : 0) * w->n_in, qb + (size_t)j * rb,
-                              w->n_in);
-        /* Contiguous row ranges, 16-row aligned, taken by whichever thread is free: a thread
-         * the VM's host pauses no longer holds the other up at the barrier. */
-        const int64_t n_chunks =
-            (int64_t)omp_get_num_threads() * quant_matmul_ranges_per_thread(w->type, nb);
-        int64_t per = (w->n_out + n_chunks - 1) / n_chunks;
-        per = (per + 15) / 16 * 16;
-#pragma omp for schedule(dynamic, 1)
-        for (int64_t ci = 0; ci < n_chunks; ci++) {
-            const int64_t r0 = ci * per, r1 = r0 + per > w->n_out ? w->n_out : r0 + per;
-            if (r0 < r1)
-                quant_matmul(w->type, w->data, w->n_in, qb, nb, dst, w->n_out, r0, r1);
-        }
-    }
+    struct mm_job job = {.w = w, .x = x, .nb = nb, .nb_in = nb_in, .qb = qb, .rb = rb, .out = dst};
+    /* One decode row is prepared faster than a hand-off to the workers. */
+    if (nb <= 2)
+        mm_prepare(&job, 0, 1);
+    else
+        tpool_run(c->pool, nt, mm_prepare, &job);
+    /* Contiguous row ranges, 16-row aligned, taken by whichever thread is free: a thread the
+     * VM's host pauses no longer holds the other up. */
+    const int used = nt < tpool_threads(c->pool) ? nt : tpool_threads(c->pool);
+    job.n_chunks = (int64_t)used * quant_matmul_ranges_per_thread(w->type, nb);
+    job.per = (w->n_out + job.n_chunks - 1) / job.n_chunks;
+    job.per = (job.per + 15) / 16 * 16;
+    tpool_run(c->pool, nt, mm_chunks, &job);
     if (pad)
         memcpy(out, dst, (size_t)w->n_out * sizeof *out);
+}
+
+#define LORA_CHUNK 8 /* rows per lora_apply call */
+
+struct lora_job {
+    const struct lora_adapter *l;
+    const struct lora_pair *p;
+    const float *x;
+    float *y, *tmp;
+    int64_t nb;
+};
+
+/* Thread tid's contiguous share of the chunks, as OpenMP's static schedule gave it. */
+static void lora_rows(void *arg, int tid, int nth)
+{
+    const struct lora_job *jb = arg;
+    const int64_t n_chunks = (jb->nb + LORA_CHUNK - 1) / LORA_CHUNK;
+    const int64_t per = (n_chunks + nth - 1) / nth;
+    for (int64_t ci = tid * per; ci < n_chunks && ci < (tid + 1) * per; ci++) {
+        const int64_t j0 = ci * LORA_CHUNK, n = jb->nb - j0 < LORA_CHUNK ? jb->nb - j0 : LORA_CHUNK;
+        lora_apply(jb->l, jb->p, jb->x + j0 * jb->p->n_in, n, jb->y + j0 * jb->p->n_out,
+                   jb->tmp + j0 * jb->l->rank);
+    }
 }
 
 /* y += the adapter's delta for (layer il, target t), when that pair is adapted. Rows are split
@@ -185,13 +248,8 @@ static void lora_add(struct fwd_ctx *c, int64_t il, enum lora_target t, const fl
     if (!p)
         return;
     const struct lora_adapter *l = c->lora;
-    const int64_t rank = l->rank, chunk = 8;
-    const int nt = c->n_threads;
-#pragma omp parallel for num_threads(nt) schedule(static) if (nb >= 2 * chunk)
-    for (int64_t j0 = 0; j0 < nb; j0 += chunk) {
-        const int64_t n = nb - j0 < chunk ? nb - j0 : chunk;
-        lora_apply(l, p, x + j0 * p->n_in, n, y + j0 * p->n_out, c->lora_tmp + j0 * rank);
-    }
+    struct lora_job jb = {l, p, x, y, c->lora_tmp, nb};
+    tpool_run(c->pool, nb >= 2 * LORA_CHUNK ? c->n_threads : 1, lora_rows, &jb);
 }
 
 static void add_bias(const struct weight *b, float *y, int64_t nb)
@@ -262,7 +320,15 @@ static void rope_apply(const struct fwd_ctx *c, float *x, int64_t n_heads, int64
  * ATT_KEY_BLOCK positions per call. Each score still sums q[i] * k[i] in order of i, as a
  * scalar loop would; the vector lanes run over positions (and since every lane rounds alike,
  * where a span or block starts does not change a bit). */
-static void attention(struct fwd_ctx *c, int64_t il, int64_t nb)
+struct att_job {
+    struct fwd_ctx *c;
+    int64_t il, nb;
+    _Atomic int64_t next; /* the next (row, kv head) unit to take */
+};
+
+/* One (row j, kv head kvh) unit: the group's scores, softmax and value sums. tid picks the
+ * scores scratch. */
+static void attention_unit(struct fwd_ctx *c, int64_t il, int64_t j, int64_t kvh, int tid)
 {
     const struct model_hparams *hp = &c->m->hp;
     const int64_t hd = hp->head_dim, nh = hp->n_head, nkv = hp->n_head_kv, group = nh / nkv;
@@ -273,65 +339,73 @@ static void attention(struct fwd_ctx *c, int64_t il, int64_t nb)
     const quant_exp_fn exp_sub = quant_exp_kernel();
     const quant_scale_max_fn scale_max = quant_scale_max_kernel();
     const quant_scale_fn scale_by = quant_scale_kernel();
-    const int nt = c->n_threads;
-#pragma omp parallel for num_threads(nt) schedule(dynamic, 1) collapse(2)
-    for (int64_t j = 0; j < nb; j++)
-        for (int64_t kvh = 0; kvh < nkv; kvh++) {
-            const struct kv_seq *s = c->row_seq[j];
-            const int tid = omp_get_thread_num();
-            float *sc0 = c->scores + (size_t)tid * (size_t)(group * c->max_ctx);
-            const int64_t n_keys = c->row_pos[j] + 1;
-            /* The keys straight from their blocks, ATT_KEY_BLOCK positions per call. */
-            const float *kb[ATT_KEY_BLOCK / KV_BLOCK];
-            for (int64_t t0 = 0; t0 < n_keys; t0 += ATT_KEY_BLOCK) {
-                const int64_t len = n_keys - t0 < ATT_KEY_BLOCK ? n_keys - t0 : ATT_KEY_BLOCK;
-                for (int64_t b = 0; b * KV_BLOCK < len; b++)
-                    kb[b] =
-                        kv_block_k(s->pool, s->blocks[t0 / KV_BLOCK + b], il) + kvh * hd * KV_BLOCK;
-                for (int64_t g0 = 0; g0 < group; g0 += ATT_Q_ROWS) {
-                    const int64_t ng = group - g0 < ATT_Q_ROWS ? group - g0 : ATT_Q_ROWS;
-                    const float *qs[ATT_Q_ROWS];
-                    float *ss[ATT_Q_ROWS];
-                    for (int64_t g = 0; g < ng; g++) {
-                        qs[g] = c->q + (j * nh + kvh * group + g0 + g) * hd;
-                        ss[g] = sc0 + (g0 + g) * c->max_ctx + t0;
-                    }
-                    scores(len, hd, ng, qs, kb, ss);
-                }
+    const struct kv_seq *s = c->row_seq[j];
+    float *sc0 = c->scores + (size_t)tid * (size_t)(group * c->max_ctx);
+    const int64_t n_keys = c->row_pos[j] + 1;
+    /* The keys straight from their blocks, ATT_KEY_BLOCK positions per call. */
+    const float *kb[ATT_KEY_BLOCK / KV_BLOCK];
+    for (int64_t t0 = 0; t0 < n_keys; t0 += ATT_KEY_BLOCK) {
+        const int64_t len = n_keys - t0 < ATT_KEY_BLOCK ? n_keys - t0 : ATT_KEY_BLOCK;
+        for (int64_t b = 0; b * KV_BLOCK < len; b++)
+            kb[b] = kv_block_k(s->pool, s->blocks[t0 / KV_BLOCK + b], il) + kvh * hd * KV_BLOCK;
+        for (int64_t g0 = 0; g0 < group; g0 += ATT_Q_ROWS) {
+            const int64_t ng = group - g0 < ATT_Q_ROWS ? group - g0 : ATT_Q_ROWS;
+            const float *qs[ATT_Q_ROWS];
+            float *ss[ATT_Q_ROWS];
+            for (int64_t g = 0; g < ng; g++) {
+                qs[g] = c->q + (j * nh + kvh * group + g0 + g) * hd;
+                ss[g] = sc0 + (g0 + g) * c->max_ctx + t0;
             }
-            for (int64_t g0 = 0; g0 < group; g0 += ATT_Q_ROWS) {
-                const int64_t ng = group - g0 < ATT_Q_ROWS ? group - g0 : ATT_Q_ROWS;
-                float inv[ATT_Q_ROWS] = {0}, *o[ATT_Q_ROWS] = {0};
-                const float *a[ATT_Q_ROWS];
-                for (int64_t g = 0; g < ng; g++) {
-                    float *sc = sc0 + (g0 + g) * c->max_ctx;
-                    const float mx = scale_max(n_keys, sc, scale);
-                    exp_sub(n_keys, sc, mx, 1.0f, sc);
-                    double sum = 0;
-                    for (int64_t t = 0; t < n_keys; t++)
-                        sum += (double)sc[t];
-                    inv[g] = (float)(1.0 / sum);
-                    o[g] = c->att + (j * nh + kvh * group + g0 + g) * hd;
-                    memset(o[g], 0, (size_t)hd * sizeof(float));
-                }
-                /* The value rows in spans, each loaded once for the ng heads, whose outputs
-                 * stay in registers across a span's terms. */
-                const float *vrows[ATT_V_SPAN];
-                for (int64_t t0 = 0; t0 < n_keys; t0 += ATT_V_SPAN) {
-                    const int64_t len = n_keys - t0 < ATT_V_SPAN ? n_keys - t0 : ATT_V_SPAN;
-                    for (int64_t t = t0; t < t0 + len; t++) {
-                        const float *V = kv_block_v(s->pool, s->blocks[t / KV_BLOCK], il);
-                        vrows[t - t0] = V + (t % KV_BLOCK) * kvd + kvh * hd;
-                    }
-                    for (int64_t g = 0; g < ng; g++) {
-                        float *sc = sc0 + (g0 + g) * c->max_ctx;
-                        scale_by(len, sc + t0, inv[g]);
-                        a[g] = sc + t0;
-                    }
-                    axpy_rows(hd, len, ng, a, vrows, o);
-                }
-            }
+            scores(len, hd, ng, qs, kb, ss);
         }
+    }
+    for (int64_t g0 = 0; g0 < group; g0 += ATT_Q_ROWS) {
+        const int64_t ng = group - g0 < ATT_Q_ROWS ? group - g0 : ATT_Q_ROWS;
+        float inv[ATT_Q_ROWS] = {0}, *o[ATT_Q_ROWS] = {0};
+        const float *a[ATT_Q_ROWS];
+        for (int64_t g = 0; g < ng; g++) {
+            float *sc = sc0 + (g0 + g) * c->max_ctx;
+            const float mx = scale_max(n_keys, sc, scale);
+            exp_sub(n_keys, sc, mx, 1.0f, sc);
+            double sum = 0;
+            for (int64_t t = 0; t < n_keys; t++)
+                sum += (double)sc[t];
+            inv[g] = (float)(1.0 / sum);
+            o[g] = c->att + (j * nh + kvh * group + g0 + g) * hd;
+            memset(o[g], 0, (size_t)hd * sizeof(float));
+        }
+        /* The value rows in spans, each loaded once for the ng heads, whose outputs
+         * stay in registers across a span's terms. */
+        const float *vrows[ATT_V_SPAN];
+        for (int64_t t0 = 0; t0 < n_keys; t0 += ATT_V_SPAN) {
+            const int64_t len = n_keys - t0 < ATT_V_SPAN ? n_keys - t0 : ATT_V_SPAN;
+            for (int64_t t = t0; t < t0 + len; t++) {
+                const float *V = kv_block_v(s->pool, s->blocks[t / KV_BLOCK], il);
+                vrows[t - t0] = V + (t % KV_BLOCK) * kvd + kvh * hd;
+            }
+            for (int64_t g = 0; g < ng; g++) {
+                float *sc = sc0 + (g0 + g) * c->max_ctx;
+                scale_by(len, sc + t0, inv[g]);
+                a[g] = sc + t0;
+            }
+            axpy_rows(hd, len, ng, a, vrows, o);
+        }
+    }
+}
+
+static void attention_units(void *arg, int tid, int nth)
+{
+    (void)nth;
+    struct att_job *jb = arg;
+    const int64_t nkv = jb->c->m->hp.n_head_kv, n = jb->nb * nkv;
+    for (int64_t u; (u = atomic_fetch_add(&jb->next, 1)) < n;)
+        attention_unit(jb->c, jb->il, u / nkv, u % nkv, tid);
+}
+
+static void attention(struct fwd_ctx *c, int64_t il, int64_t nb)
+{
+    struct att_job jb = {.c = c, .il = il, .nb = nb};
+    tpool_run(c->pool, c->n_threads, attention_units, &jb);
 }
 
 static void store_kv(struct fwd_ctx *fc, int64_t il, int64_t nb, const float *k, const float *v)
@@ -345,6 +419,22 @@ static void store_kv(struct fwd_ctx *fc, int64_t il, int64_t nb, const float *k,
         for (int64_t d = 0; d < kvd; d++)
             kt[d * KV_BLOCK + o] = k[j * kvd + d];
     }
+}
+
+struct silu_job {
+    quant_silu_mul_fn fn;
+    int64_t ff;
+    float *gate;
+    const float *up;
+    int64_t nb;
+};
+
+static void silu_rows(void *arg, int tid, int nth)
+{
+    const struct silu_job *jb = arg;
+    const int64_t per = (jb->nb + nth - 1) / nth;
+    for (int64_t j = tid * per; j < jb->nb && j < (tid + 1) * per; j++)
+        jb->fn(jb->ff, jb->gate + j * jb->ff, jb->up + j * jb->ff);
 }
 
 static void layer(struct fwd_ctx *c, int64_t il, int64_t nb)
@@ -377,10 +467,8 @@ static void layer(struct fwd_ctx *c, int64_t il, int64_t nb)
     matmul(c, &ly->w_up, c->xn, nb, c->up);
     lora_add(c, il, LORA_UP, c->xn, nb, c->up);
     const quant_silu_mul_fn silu_mul = quant_silu_mul_kernel();
-    const int nt = nb >= 4 ? c->n_threads : 1;
-#pragma omp parallel for num_threads(nt) schedule(static)
-    for (int64_t j = 0; j < nb; j++)
-        silu_mul(ff, c->gate + j * ff, c->up + j * ff);
+    struct silu_job sj = {silu_mul, ff, c->gate, c->up, nb};
+    tpool_run(c->pool, nb >= 4 ? c->n_threads : 1, silu_rows, &sj);
     matmul(c, &ly->w_down, c->gate, nb, c->xn);
     lora_add(c, il, LORA_DOWN, c->gate, nb, c->xn);
     for (int64_t i = 0; i < nb * d; i++)

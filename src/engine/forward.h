@@ -7,7 +7,8 @@
  * KV cache, and the tokens themselves, so the radix tree can match new prompts against them.
  * Attention reads the keys and values through the sequence's block table. A fwd_ctx holds the
  * scratch buffers of one caller; neither is thread-safe, and one fwd_ctx runs its matmuls and
- * attention on n_threads OpenMP threads.
+ * attention on n_threads threads of its own (engine/tpool.h: not OpenMP, whose idle workers
+ * sleep at once when other threads of the process have teams too).
  */
 #ifndef AF_ENGINE_FORWARD_H
 #define AF_ENGINE_FORWARD_H
@@ -28,6 +29,9 @@ void fwd_ctx_free(struct fwd_ctx *c);
 int64_t fwd_ctx_max_ctx(const struct fwd_ctx *c);
 /* The thread count the context computes with. */
 int fwd_ctx_threads(const struct fwd_ctx *c);
+/* fn(arg, t, nth) for t < nth on the context's own threads (engine/tpool.h), for the work of a
+ * step that is not a forward pass (sampling), so that it runs on the same workers. */
+void fwd_ctx_run(struct fwd_ctx *c, int nth, void (*fn)(void *arg, int tid, int nth), void *arg);
 void fwd_ctx_set_threads(struct fwd_ctx *c, int n_threads);
 
 struct lora_adapter;

@@ -24,6 +24,7 @@
  * The driver computes without holding the lock, so new requests queue while it works;
  * on_token callbacks run on the driver's thread.
  */
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -281,6 +282,29 @@ struct plan {
     int64_t first[FWD_MAX_ROWS + 1], rows;
 };
 
+struct sample_job {
+    struct af_engine *e;
+    const struct plan *pl;
+    int32_t *ids;
+    float *lps;
+    _Atomic int64_t next;
+};
+
+/* Each request's first row, drawn from its own sampler; requests taken in turn by the threads. */
+static void sample_rows(void *arg, int tid, int nth)
+{
+    (void)tid;
+    (void)nth;
+    struct sample_job *sj = arg;
+    const int64_t V = sj->e->m->hp.n_vocab;
+    for (int64_t j; (j = atomic_fetch_add(&sj->next, 1)) < sj->pl->n;) {
+        sj->lps[j] = 0;
+        sj->ids[j] =
+            sampler_sample(sj->pl->reqs[j]->smp,
+                           sj->e->step_logits + (size_t)sj->pl->first[j] * (size_t)V, &sj->lps[j]);
+    }
+}
+
 /* One token of every planned request, and with drafts on, up to draft_max more each: the
  * guessed tokens ride in the same step as extra rows of their sequence, and each is kept
  * while the token sampled before it equals it. Sampling is the same as without drafts (one
@@ -297,14 +321,10 @@ static void decode_step(struct af_engine *e, const struct plan *pl)
      * taking the tokens (text, stop strings, callbacks) stays in order on this thread. */
     int32_t ids[FWD_MAX_ROWS];
     float lps[FWD_MAX_ROWS];
-    const int nt = rc || pl->n < 2 ? 1 : fwd_ctx_threads(e->fc);
-#pragma omp parallel for num_threads(nt) schedule(dynamic, 1)
-    for (int64_t j = 0; j < pl->n; j++)
-        if (!rc) {
-            lps[j] = 0;
-            ids[j] = sampler_sample(pl->reqs[j]->smp,
-                                    e->step_logits + (size_t)pl->first[j] * (size_t)V, &lps[j]);
-        }
+    if (!rc) {
+        struct sample_job sj = {.e = e, .pl = pl, .ids = ids, .lps = lps};
+        fwd_ctx_run(e->fc, pl->n < 2 ? 1 : fwd_ctx_threads(e->fc), sample_rows, &sj);
+    }
     for (int64_t j = 0; j < pl->n; j++) {
         struct gen_req *g = pl->reqs[j];
         if (rc) {

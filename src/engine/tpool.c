@@ -1,0 +1,158 @@
+/*
+ * tpool.c - spin-then-sleep workers for the engine's loops (see tpool.h for why).
+ *
+ * A run publishes (fn, arg, nth) and bumps a generation counter; every worker acknowledges
+ * every generation (those with tid >= nth do nothing), so the fields stay put until the last
+ * acknowledgement and no worker can miss a run. Workers spin on the counter for TPOOL_SPIN_MS
+ * after their last run, then sleep on a condition variable; the caller signals it only when
+ * someone sleeps. The sleeper count and the counter are both sequentially consistent, so a
+ * worker about to sleep either sees the new generation or is seen by the caller.
+ */
+#include "engine/tpool.h"
+
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "core/clock.h"
+#include "core/xalloc.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define CPU_RELAX() _mm_pause()
+#else
+#define CPU_RELAX() ((void)0)
+#endif
+
+/* Long enough to bridge the gaps inside and between decode steps (sampling, a token's
+ * callbacks), short enough that an idle engine frees its cores almost at once. */
+#define TPOOL_SPIN_MS 2.0
+
+struct worker {
+    struct tpool *p;
+    int tid;
+    pthread_t th;
+};
+
+struct tpool {
+    int n;
+    struct worker *w;
+    pthread_mutex_t run_mu; /* one run at a time */
+    pthread_mutex_t mu;     /* sleeping */
+    pthread_cond_t cv;
+    _Atomic uint64_t gen;
+    _Atomic int pending; /* workers yet to acknowledge the current generation */
+    _Atomic int sleepers;
+    _Atomic int stop;
+    tpool_fn fn;
+    void *arg;
+    int nth;
+};
+
+static void wait_for_gen(struct tpool *p, uint64_t seen)
+{
+    double t0 = -1;
+    for (unsigned spins = 1; atomic_load(&p->gen) == seen && !atomic_load(&p->stop); spins++) {
+        CPU_RELAX();
+        if (spins % 256)
+            continue;
+        const double now = af_clock_ms();
+        if (t0 < 0)
+            t0 = now;
+        if (now - t0 < TPOOL_SPIN_MS)
+            continue;
+        pthread_mutex_lock(&p->mu);
+        atomic_fetch_add(&p->sleepers, 1);
+        while (atomic_load(&p->gen) == seen && !atomic_load(&p->stop))
+            pthread_cond_wait(&p->cv, &p->mu);
+        atomic_fetch_sub(&p->sleepers, 1);
+        pthread_mutex_unlock(&p->mu);
+        t0 = -1;
+    }
+}
+
+static void *worker_main(void *a)
+{
+    struct worker *w = a;
+    struct tpool *p = w->p;
+    uint64_t seen = 0;
+    for (;;) {
+        wait_for_gen(p, seen);
+        if (atomic_load(&p->stop))
+            return NULL;
+        seen = atomic_load(&p->gen);
+        if (w->tid < p->nth)
+            p->fn(p->arg, w->tid, p->nth);
+        atomic_fetch_sub(&p->pending, 1);
+    }
+}
+
+struct tpool *tpool_new(int n_threads)
+{
+    struct tpool *p = af_xcalloc(1, sizeof *p);
+    p->n = n_threads > 0 ? n_threads : 1;
+    pthread_mutex_init(&p->run_mu, NULL);
+    pthread_mutex_init(&p->mu, NULL);
+    pthread_cond_init(&p->cv, NULL);
+    p->w = af_xcalloc((size_t)p->n, sizeof *p->w);
+    for (int t = 1; t < p->n; t++) {
+        p->w[t].p = p;
+        p->w[t].tid = t;
+        if (pthread_create(&p->w[t].th, NULL, worker_main, &p->w[t]) != 0) {
+            p->n = t; /* fewer threads; every run still completes */
+            break;
+        }
+    }
+    return p;
+}
+
+void tpool_free(struct tpool *p)
+{
+    if (!p)
+        return;
+    pthread_mutex_lock(&p->mu);
+    atomic_store(&p->stop, 1);
+    pthread_cond_broadcast(&p->cv);
+    pthread_mutex_unlock(&p->mu);
+    for (int t = 1; t < p->n; t++)
+        pthread_join(p->w[t].th, NULL);
+    pthread_cond_destroy(&p->cv);
+    pthread_mutex_destroy(&p->mu);
+    pthread_mutex_destroy(&p->run_mu);
+    free(p->w);
+    free(p);
+}
+
+int tpool_threads(const struct tpool *p)
+{
+    return p ? p->n : 1;
+}
+
+void tpool_run(struct tpool *p, int nth, tpool_fn fn, void *arg)
+{
+    if (!p || p->n < 2 || nth < 2 || pthread_mutex_trylock(&p->run_mu) != 0) {
+        const int n = p && nth > 1 ? (nth < p->n ? nth : p->n) : 1;
+        for (int t = 0; t < n; t++)
+            fn(arg, t, n);
+        return;
+    }
+    p->fn = fn;
+    p->arg = arg;
+    p->nth = nth < p->n ? nth : p->n;
+    atomic_store(&p->pending, p->n - 1);
+    atomic_fetch_add(&p->gen, 1);
+    if (atomic_load(&p->sleepers) > 0) {
+        pthread_mutex_lock(&p->mu);
+        pthread_cond_broadcast(&p->cv);
+        pthread_mutex_unlock(&p->mu);
+    }
+    fn(arg, 0, p->nth);
+    for (unsigned spins = 1; atomic_load(&p->pending) > 0; spins++) {
+        CPU_RELAX();
+        if (spins % 4096 == 0)
+            sched_yield(); /* a worker the host has paused */
+    }
+    pthread_mutex_unlock(&p->run_mu);
+}
