@@ -1276,8 +1276,8 @@ static void *tp_caller_main(void *a)
     return NULL;
 }
 
-/* Two threads running on one pool at once: the one that finds it busy makes its calls on its
- * own thread, and neither loses a share. */
+/* Two threads running on one pool at once take turns: each run gets both threads, and neither
+ * loses a share. The shared pool of a thread count is one pool. */
 static void test_tpool_concurrent_callers(void **state)
 {
     (void)state;
@@ -1292,9 +1292,13 @@ static void test_tpool_concurrent_callers(void **state)
     for (int i = 0; i < 2; i++) {
         assert_int_equal(k[i].c.calls[0], 3000);
         assert_int_equal(k[i].c.calls[1], 3000);
+        assert_int_equal(k[i].c.nth_seen[1], 2);
         assert_int_equal(k[i].c.sum, 3000L * 3);
     }
     tpool_free(p);
+    assert_ptr_equal(tpool_shared(3), tpool_shared(3));
+    assert_ptr_not_equal(tpool_shared(3), tpool_shared(2));
+    assert_int_equal(tpool_threads(tpool_shared(3)), 3);
 }
 
 int main(void)

@@ -32,7 +32,7 @@ struct fwd_ctx {
     const struct model *m;
     int64_t max_ctx;
     int n_threads;
-    struct tpool *pool; /* n_threads, the caller of a forward pass included */
+    struct tpool *pool; /* shared (tpool_shared); NULL for one thread */
     float *x, *xn, *q, *k, *v, *att, *gate, *up, *rope_cos, *rope_sin;
     float *scores; /* [n_threads][group][max_ctx] */
     void *qbuf;    /* prepared activations: UBATCH rows of the widest input */
@@ -96,10 +96,7 @@ void fwd_ctx_run(struct fwd_ctx *c, int nth, void (*fn)(void *arg, int tid, int 
 void fwd_ctx_set_threads(struct fwd_ctx *c, int n_threads)
 {
     c->n_threads = n_threads > 0 ? n_threads : omp_get_num_procs();
-    if (tpool_threads(c->pool) != c->n_threads) {
-        tpool_free(c->pool);
-        c->pool = tpool_new(c->n_threads);
-    }
+    c->pool = c->n_threads > 1 ? tpool_shared(c->n_threads) : NULL;
     free(c->scores);
     const int64_t group = c->m->hp.n_head / c->m->hp.n_head_kv;
     c->scores =
@@ -119,7 +116,6 @@ void fwd_ctx_free(struct fwd_ctx *c)
     free(c->pad_out);
     free(c->row_seq);
     free(c->row_pos);
-    tpool_free(c->pool);
     free(c);
 }
 

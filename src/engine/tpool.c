@@ -28,7 +28,8 @@
 
 /* Long enough to bridge the gaps inside and between decode steps (sampling, a token's
  * callbacks), short enough that an idle engine frees its cores almost at once. */
-#define TPOOL_SPIN_MS 2.0
+#define TPOOL_SPIN_MS 0.5
+#define TPOOL_MAX_SHARED 8
 
 struct worker {
     struct tpool *p;
@@ -37,7 +38,7 @@ struct worker {
 };
 
 struct tpool {
-    int n;
+    int n, asked; /* threads running; asked for (more than n if one could not start) */
     struct worker *w;
     pthread_mutex_t run_mu; /* one run at a time */
     pthread_mutex_t mu;     /* sleeping */
@@ -92,7 +93,7 @@ static void *worker_main(void *a)
 struct tpool *tpool_new(int n_threads)
 {
     struct tpool *p = af_xcalloc(1, sizeof *p);
-    p->n = n_threads > 0 ? n_threads : 1;
+    p->n = p->asked = n_threads > 0 ? n_threads : 1;
     pthread_mutex_init(&p->run_mu, NULL);
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->cv, NULL);
@@ -125,6 +126,23 @@ void tpool_free(struct tpool *p)
     free(p);
 }
 
+struct tpool *tpool_shared(int n_threads)
+{
+    static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+    static struct tpool *pools[TPOOL_MAX_SHARED];
+    const int n = n_threads > 0 ? n_threads : 1;
+    struct tpool *found = NULL;
+    pthread_mutex_lock(&mu);
+    for (int i = 0; i < TPOOL_MAX_SHARED && !found; i++) {
+        if (!pools[i])
+            pools[i] = found = tpool_new(n);
+        else if (pools[i]->asked == n)
+            found = pools[i];
+    }
+    pthread_mutex_unlock(&mu);
+    return found ? found : tpool_new(n); /* a ninth count: its own, leaked at exit */
+}
+
 int tpool_threads(const struct tpool *p)
 {
     return p ? p->n : 1;
@@ -132,12 +150,11 @@ int tpool_threads(const struct tpool *p)
 
 void tpool_run(struct tpool *p, int nth, tpool_fn fn, void *arg)
 {
-    if (!p || p->n < 2 || nth < 2 || pthread_mutex_trylock(&p->run_mu) != 0) {
-        const int n = p && nth > 1 ? (nth < p->n ? nth : p->n) : 1;
-        for (int t = 0; t < n; t++)
-            fn(arg, t, n);
+    if (!p || p->n < 2 || nth < 2) {
+        fn(arg, 0, 1);
         return;
     }
+    pthread_mutex_lock(&p->run_mu);
     p->fn = fn;
     p->arg = arg;
     p->nth = nth < p->n ? nth : p->n;

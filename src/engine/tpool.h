@@ -6,8 +6,8 @@
  * at driving the scheduler, a trainer's team) its idle workers spin only about 100 times before
  * sleeping in the kernel. Every loop of a decode step, about 200 per token, then pays a futex
  * wake-up, which a VM makes dear: bench/agent at concurrency 1 took 116 s with the engine's
- * loops on OpenMP and 85 s with no other team in the process. These workers belong to one
- * engine, spin for a while after each loop whoever called it, and only then sleep.
+ * loops on OpenMP and 85 s with no other team in the process. These workers spin for a while
+ * after each loop, whoever called it, and only then sleep.
  */
 #ifndef AF_ENGINE_TPOOL_H
 #define AF_ENGINE_TPOOL_H
@@ -20,12 +20,18 @@ struct tpool *tpool_new(int n_threads);
 void tpool_free(struct tpool *p);
 int tpool_threads(const struct tpool *p);
 
+/* The process's pool of n_threads (<= 0: 1), made on first use and kept until exit; every
+ * engine context asking for the same count shares it, so that two engines computing at once
+ * (a planner and a frozen model) take turns on the same cores instead of oversubscribing them
+ * with threads that spin. Not to be freed. */
+struct tpool *tpool_shared(int n_threads);
+
 /* One share of a loop: called with tid = 0 .. nth - 1 (tid 0 on the calling thread). */
 typedef void (*tpool_fn)(void *arg, int tid, int nth);
 
 /* Runs fn(arg, t, nth) for every t < nth at once, nth clamped to [1, tpool_threads], and
  * returns when all have returned. One run at a time per pool: a run asked for while another is
- * in progress (another thread) makes every call on its own thread instead. */
+ * in progress (another thread) waits for it. fn must not call tpool_run on the same pool. */
 void tpool_run(struct tpool *p, int nth, tpool_fn fn, void *arg);
 
 #endif
