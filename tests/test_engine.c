@@ -12,6 +12,7 @@
 
 #include <math.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1215,86 +1216,97 @@ static void test_cli_model(void **state)
 
 /* ---- the engine's worker pool ---- */
 
-struct tp_count {
-    int calls[8];
-    int nth_seen[8];
-    long sum;
-    pthread_mutex_t mu;
+#define TP_UNITS 64
+
+struct tp_job {
+    _Atomic int next;
+    int hits[TP_UNITS]; /* each unit's count, written by whoever took it */
+    _Atomic int in_fn;  /* calls inside fn now */
+    _Atomic int max_in_fn;
+    _Atomic int bad_tid;
+    _Atomic unsigned tids_seen;
 };
 
 static void tp_fn(void *arg, int tid, int nth)
 {
-    struct tp_count *c = arg;
-    pthread_mutex_lock(&c->mu);
-    c->calls[tid]++;
-    c->nth_seen[tid] = nth;
-    c->sum += tid + 1;
-    pthread_mutex_unlock(&c->mu);
+    struct tp_job *j = arg;
+    if (tid < 0 || tid >= nth)
+        atomic_store(&j->bad_tid, 1);
+    const unsigned bit = 1u << (tid & 31);
+    if (atomic_fetch_or(&j->tids_seen, bit) & bit) /* two calls of one run with one tid */
+        atomic_store(&j->bad_tid, 1);
+    const int now = atomic_fetch_add(&j->in_fn, 1) + 1;
+    for (int m = atomic_load(&j->max_in_fn); now > m;)
+        if (atomic_compare_exchange_weak(&j->max_in_fn, &m, now))
+            break;
+    for (int u; (u = atomic_fetch_add(&j->next, 1)) < TP_UNITS;)
+        j->hits[u]++;
+    atomic_fetch_sub(&j->in_fn, 1);
 }
 
-/* Every share of every run is called exactly once, with the clamped nth, over runs that come
- * back to back (workers spinning) and after pauses (workers asleep). */
+/* Every unit of every run is done exactly once, by at most nth calls with distinct tids, over
+ * runs back to back (workers spinning) and after pauses (workers asleep). */
 static void test_tpool_runs(void **state)
 {
     (void)state;
     struct tpool *p = tpool_new(3);
     assert_int_equal(tpool_threads(p), 3);
     for (int nth = 1; nth <= 5; nth++) {
-        struct tp_count c = {.mu = PTHREAD_MUTEX_INITIALIZER};
-        const int runs = 2000, n = nth < 3 ? nth : 3;
-        for (int r = 0; r < runs; r++) {
+        const int n = nth < 3 ? nth : 3;
+        for (int r = 0; r < 2000; r++) {
             if (r % 500 == 499)
                 af_clock_sleep_ms(10); /* past the spin: the workers sleep */
-            tpool_run(p, nth, tp_fn, &c);
+            struct tp_job j = {0};
+            tpool_run(p, nth, tp_fn, &j);
+            for (int u = 0; u < TP_UNITS; u++)
+                assert_int_equal(j.hits[u], 1);
+            assert_int_equal(atomic_load(&j.bad_tid), 0);
+            assert_true(atomic_load(&j.max_in_fn) <= n);
+            assert_int_equal(atomic_load(&j.in_fn), 0);
         }
-        for (int t = 0; t < 8; t++) {
-            assert_int_equal(c.calls[t], t < n ? runs : 0);
-            if (t < n)
-                assert_int_equal(c.nth_seen[t], n);
-        }
-        assert_int_equal(c.sum, (long)runs * n * (n + 1) / 2);
     }
     tpool_free(p);
     tpool_free(NULL);
     /* A pool of one thread, or none, runs everything on the caller. */
-    struct tp_count c = {.mu = PTHREAD_MUTEX_INITIALIZER};
-    tpool_run(NULL, 4, tp_fn, &c);
-    assert_int_equal(c.calls[0], 1);
-    assert_int_equal(c.calls[1], 0);
+    struct tp_job j = {0};
+    tpool_run(NULL, 4, tp_fn, &j);
+    assert_int_equal(j.hits[TP_UNITS - 1], 1);
+    assert_int_equal(atomic_load(&j.tids_seen), 1u);
 }
 
 struct tp_caller {
     struct tpool *p;
-    struct tp_count c;
+    int runs_ok;
 };
 
 static void *tp_caller_main(void *a)
 {
     struct tp_caller *k = a;
-    for (int r = 0; r < 3000; r++)
-        tpool_run(k->p, 2, tp_fn, &k->c);
+    for (int r = 0; r < 3000; r++) {
+        struct tp_job j = {0};
+        tpool_run(k->p, 2, tp_fn, &j);
+        int ok = atomic_load(&j.bad_tid) == 0;
+        for (int u = 0; u < TP_UNITS; u++)
+            ok &= j.hits[u] == 1;
+        k->runs_ok += ok;
+    }
     return NULL;
 }
 
-/* Two threads running on one pool at once take turns: each run gets both threads, and neither
- * loses a share. The shared pool of a thread count is one pool. */
+/* Two threads running on one pool at once take turns, and neither loses a unit. The shared
+ * pool of a thread count is one pool. */
 static void test_tpool_concurrent_callers(void **state)
 {
     (void)state;
     struct tpool *p = tpool_new(2);
-    struct tp_caller k[2] = {{p, {.mu = PTHREAD_MUTEX_INITIALIZER}},
-                             {p, {.mu = PTHREAD_MUTEX_INITIALIZER}}};
+    struct tp_caller k[2] = {{p, 0}, {p, 0}};
     pthread_t th[2];
     for (int i = 0; i < 2; i++)
         assert_int_equal(pthread_create(&th[i], NULL, tp_caller_main, &k[i]), 0);
     for (int i = 0; i < 2; i++)
         pthread_join(th[i], NULL);
-    for (int i = 0; i < 2; i++) {
-        assert_int_equal(k[i].c.calls[0], 3000);
-        assert_int_equal(k[i].c.calls[1], 3000);
-        assert_int_equal(k[i].c.nth_seen[1], 2);
-        assert_int_equal(k[i].c.sum, 3000L * 3);
-    }
+    assert_int_equal(k[0].runs_ok, 3000);
+    assert_int_equal(k[1].runs_ok, 3000);
     tpool_free(p);
     assert_ptr_equal(tpool_shared(3), tpool_shared(3));
     assert_ptr_not_equal(tpool_shared(3), tpool_shared(2));

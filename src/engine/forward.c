@@ -155,14 +155,15 @@ struct mm_job {
     size_t rb;
     float *out;
     int64_t n_chunks, per;
-    _Atomic int64_t next; /* the next row range to take */
+    _Atomic int64_t next; /* the next row to prepare, then the next row range */
 };
 
 static void mm_prepare(void *arg, int tid, int nth)
 {
+    (void)tid;
+    (void)nth;
     struct mm_job *jb = arg;
-    const int64_t per = (jb->nb + nth - 1) / nth;
-    for (int64_t j = tid * per; j < jb->nb && j < (tid + 1) * per; j++)
+    for (int64_t j; (j = atomic_fetch_add(&jb->next, 1)) < jb->nb;)
         quant_prepare_act(jb->w->type, jb->x + (j < jb->nb_in ? j : 0) * jb->w->n_in,
                           jb->qb + (size_t)j * jb->rb, jb->w->n_in);
 }
@@ -203,6 +204,7 @@ static void matmul(struct fwd_ctx *c, const struct weight *w, const float *x, in
         tpool_run(c->pool, nt, mm_prepare, &job);
     /* Contiguous row ranges, 16-row aligned, taken by whichever thread is free: a thread the
      * VM's host pauses no longer holds the other up. */
+    atomic_store(&job.next, 0);
     const int used = nt < tpool_threads(c->pool) ? nt : tpool_threads(c->pool);
     job.n_chunks = (int64_t)used * quant_matmul_ranges_per_thread(w->type, nb);
     job.per = (w->n_out + job.n_chunks - 1) / job.n_chunks;
@@ -220,15 +222,16 @@ struct lora_job {
     const float *x;
     float *y, *tmp;
     int64_t nb;
+    _Atomic int64_t next; /* the next chunk of LORA_CHUNK rows */
 };
 
-/* Thread tid's contiguous share of the chunks, as OpenMP's static schedule gave it. */
 static void lora_rows(void *arg, int tid, int nth)
 {
-    const struct lora_job *jb = arg;
+    (void)tid;
+    (void)nth;
+    struct lora_job *jb = arg;
     const int64_t n_chunks = (jb->nb + LORA_CHUNK - 1) / LORA_CHUNK;
-    const int64_t per = (n_chunks + nth - 1) / nth;
-    for (int64_t ci = tid * per; ci < n_chunks && ci < (tid + 1) * per; ci++) {
+    for (int64_t ci; (ci = atomic_fetch_add(&jb->next, 1)) < n_chunks;) {
         const int64_t j0 = ci * LORA_CHUNK, n = jb->nb - j0 < LORA_CHUNK ? jb->nb - j0 : LORA_CHUNK;
         lora_apply(jb->l, jb->p, jb->x + j0 * jb->p->n_in, n, jb->y + j0 * jb->p->n_out,
                    jb->tmp + j0 * jb->l->rank);
@@ -244,7 +247,7 @@ static void lora_add(struct fwd_ctx *c, int64_t il, enum lora_target t, const fl
     if (!p)
         return;
     const struct lora_adapter *l = c->lora;
-    struct lora_job jb = {l, p, x, y, c->lora_tmp, nb};
+    struct lora_job jb = {.l = l, .p = p, .x = x, .y = y, .tmp = c->lora_tmp, .nb = nb};
     tpool_run(c->pool, nb >= 2 * LORA_CHUNK ? c->n_threads : 1, lora_rows, &jb);
 }
 
@@ -423,13 +426,15 @@ struct silu_job {
     float *gate;
     const float *up;
     int64_t nb;
+    _Atomic int64_t next;
 };
 
 static void silu_rows(void *arg, int tid, int nth)
 {
-    const struct silu_job *jb = arg;
-    const int64_t per = (jb->nb + nth - 1) / nth;
-    for (int64_t j = tid * per; j < jb->nb && j < (tid + 1) * per; j++)
+    (void)tid;
+    (void)nth;
+    struct silu_job *jb = arg;
+    for (int64_t j; (j = atomic_fetch_add(&jb->next, 1)) < jb->nb;)
         jb->fn(jb->ff, jb->gate + j * jb->ff, jb->up + j * jb->ff);
 }
 
@@ -463,7 +468,7 @@ static void layer(struct fwd_ctx *c, int64_t il, int64_t nb)
     matmul(c, &ly->w_up, c->xn, nb, c->up);
     lora_add(c, il, LORA_UP, c->xn, nb, c->up);
     const quant_silu_mul_fn silu_mul = quant_silu_mul_kernel();
-    struct silu_job sj = {silu_mul, ff, c->gate, c->up, nb};
+    struct silu_job sj = {.fn = silu_mul, .ff = ff, .gate = c->gate, .up = c->up, .nb = nb};
     tpool_run(c->pool, nb >= 4 ? c->n_threads : 1, silu_rows, &sj);
     matmul(c, &ly->w_down, c->gate, nb, c->xn);
     lora_add(c, il, LORA_DOWN, c->gate, nb, c->xn);

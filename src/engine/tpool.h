@@ -26,12 +26,16 @@ int tpool_threads(const struct tpool *p);
  * with threads that spin. Not to be freed. */
 struct tpool *tpool_shared(int n_threads);
 
-/* One share of a loop: called with tid = 0 .. nth - 1 (tid 0 on the calling thread). */
+/* A loop's body: called on up to nth threads at once with distinct tids (tid 0 on the calling
+ * thread), it takes the loop's work units itself (an atomic counter in arg) until none is
+ * left, so that whichever threads come do all the work. A worker that comes late does not
+ * join, and the caller alone may do everything. */
 typedef void (*tpool_fn)(void *arg, int tid, int nth);
 
-/* Runs fn(arg, t, nth) for every t < nth at once, nth clamped to [1, tpool_threads], and
- * returns when all have returned. One run at a time per pool: a run asked for while another is
- * in progress (another thread) waits for it. fn must not call tpool_run on the same pool. */
+/* Runs fn(arg, tid, nth) on the calling thread and on the workers that come while the run is
+ * open, nth clamped to [1, tpool_threads], and returns when every call has returned. One run
+ * at a time per pool: a run asked for while another is in progress (another thread) waits for
+ * it. fn must not call tpool_run on the same pool. */
 void tpool_run(struct tpool *p, int nth, tpool_fn fn, void *arg);
 
 #endif
