@@ -165,7 +165,7 @@ if [ "$GRPO_STEPS" -gt 0 ]; then
     final="$B/grpo/model.gguf"
 fi
 say "quantize to Q8_0: $OUT"
-$AF model quantize "$final" "$OUT" Q8_0
+$AF model quantize "$final" "$OUT" Q8_0 --name agentflow-world
 $AF train plot "$B/sft"
 if [ "$SFT2_STEPS" -gt 0 ]; then
     $AF train plot "$B/sft2"

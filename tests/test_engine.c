@@ -985,6 +985,19 @@ static void test_quantize_and_make_random(void **state)
     assert_memory_equal(x, y, nx);
     free(x);
     free(y);
+    /* --name: general.name is set (the rest as without it); "" is refused. */
+    assert_int_equal(
+        af_engine_quantize_named(tiny_path, out, "Q8_0", "agentflow-test", err, sizeof err), 0);
+    struct gguf_file *named = NULL;
+    assert_int_equal(gguf_open(out, &named, err, sizeof err), 0);
+    char *gname = gguf_get_strdup(named, "general.name");
+    assert_non_null(gname);
+    assert_string_equal(gname, "agentflow-test");
+    free(gname);
+    gguf_close(named);
+    assert_int_equal(af_engine_quantize_named(tiny_path, out, "Q8_0", "", err, sizeof err),
+                     AF_EINVAL);
+    assert_non_null(strstr(err, "name"));
     /* Every type loads and runs; llama with the byte vocabulary too. */
     static const char *types[] = {"F16",  "BF16", "Q8_0", "Q4_0", "Q4_1",  "Q5_0",
                                   "Q5_1", "Q4_K", "Q5_K", "Q6_K", "Q4_K_M"};

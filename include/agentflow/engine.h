@@ -166,6 +166,11 @@ AF_NODISCARD int af_engine_generate(struct af_engine *e, const int32_t *prompt, 
  * tensor whose rows do not fit the type's blocks falls back as llama-quantize does). */
 AF_NODISCARD int af_engine_quantize(const char *in_path, const char *out_path, const char *type,
                                     char *err, size_t errlen);
+/* As af_engine_quantize, also setting general.name to `name` (borrowed; NULL keeps the input's,
+ * "" is AF_EINVAL): a model trained from make-random's weights is otherwise named for them. */
+AF_NODISCARD int af_engine_quantize_named(const char *in_path, const char *out_path,
+                                          const char *type, const char *name, char *err,
+                                          size_t errlen);
 
 struct af_engine_random_params {
     const char *arch;  /* "qwen2" or "llama" */

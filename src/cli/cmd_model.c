@@ -27,7 +27,7 @@ static void model_usage(FILE *f)
             "       agentflow model make-vocab --input FILE [--input FILE ...] --size N OUT.gguf\n"
             "       agentflow model make-random --arch qwen2|llama --shape SHAPE --type T\n"
             "                                   --seed S [--vocab-from GGUF] OUT.gguf\n"
-            "       agentflow model quantize IN.gguf OUT.gguf TYPE\n"
+            "       agentflow model quantize IN.gguf OUT.gguf TYPE [--name NAME]\n"
             "       agentflow model merge BASE.gguf ADAPTER_DIR OUT.gguf [--type T]\n"
             "\n"
             "Common options: --threads N, --ctx N, --chat-template chatml|llama3.\n"
@@ -46,6 +46,7 @@ static void model_usage(FILE *f)
             "Shapes: tiny, small, qwen2.5-0.5b, qwen2.5-1.5b, qwen2.5-7b, llama3.2-1b,\n"
             "  llama3-8b. Types: F32 F16 BF16 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 Q4_K Q4_K_M Q5_K\n"
             "  Q5_K_M Q6_K.\n"
+            "quantize --name NAME sets general.name in the output (else the input's is kept).\n"
             "make-random writes the key " AF_GGUF_KEY_RANDOM_WEIGHTS " = true; loading such a\n"
             "  file prints a one-line notice on stderr.\n"
             "Exit codes: 0 ok, 2 usage (a bad flag or value), 3 the engine failed while\n"
@@ -76,6 +77,7 @@ enum {
     OPT_ARCH,
     OPT_SHAPE,
     OPT_TYPE,
+    OPT_NAME,
     OPT_VOCAB,
 };
 
@@ -102,6 +104,7 @@ static const struct option model_opts[] = {
     {"arch", required_argument, 0, OPT_ARCH},
     {"shape", required_argument, 0, OPT_SHAPE},
     {"type", required_argument, 0, OPT_TYPE},
+    {"name", required_argument, 0, OPT_NAME},
     {"vocab-from", required_argument, 0, OPT_VOCAB},
     {"help", no_argument, 0, 'h'},
     {0, 0, 0, 0},
@@ -113,6 +116,7 @@ struct model_args {
     struct af_engine_random_params rp;
     const char *prompt;
     const char *merge_type; /* --type as given, NULL when absent */
+    const char *name;       /* quantize's --name: general.name of the output */
     int top, chat, json, no_bos, no_special;
     long n_prompt_bench, prefix;
     int n_gen_set;
@@ -226,6 +230,9 @@ static int parse_one(struct model_args *a, int o, const char *v)
         break;
     case OPT_VOCAB:
         a->rp.vocab_from = v;
+        break;
+    case OPT_NAME:
+        a->name = v;
         break;
     default:
         return -1;
@@ -575,7 +582,7 @@ static int do_quantize(const struct model_args *a)
     if (cli_refuse_same_file("agentflow model quantize", "IN", a->pos[0], "OUT", a->pos[1]) !=
         CLI_OK)
         return CLI_EUSAGE;
-    int rc = af_engine_quantize(a->pos[0], a->pos[1], a->pos[2], err, sizeof err);
+    int rc = af_engine_quantize_named(a->pos[0], a->pos[1], a->pos[2], a->name, err, sizeof err);
     if (rc) {
         fprintf(stderr, "agentflow model quantize: %s\n", err);
         return rc == AF_EINVAL ? CLI_EUSAGE : CLI_EINPUT;

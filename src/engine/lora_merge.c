@@ -82,7 +82,7 @@ static uint32_t merged_type(uint32_t want, const struct gguf_tensor *t, const ch
 {
     if (want == LORA_MERGE_OWN_TYPE)
         return t->type; /* the base's rows fit its own blocks */
-    struct quantize_plan plan = {want, 0, 0};
+    struct quantize_plan plan = {want, 0, 0, NULL};
     return quantize_pick_type(&plan, name, t->ne[0], n_layer, 1);
 }
 

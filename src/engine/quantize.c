@@ -42,6 +42,7 @@ int quantize_parse_ftype(const char *name, struct quantize_plan *plan)
             plan->base = ftypes[i].base;
             plan->mix = ftypes[i].mix;
             plan->ftype = ftypes[i].ftype;
+            plan->name = NULL;
             return 0;
         }
     }
@@ -143,6 +144,8 @@ int quantize_model(const char *in_path, const char *out_path, const struct quant
     struct gguf_writer *w = gguf_writer_new();
     gguf_writer_copy_kvs(w, g);
     gguf_writer_set_u32(w, "general.file_type", plan->ftype);
+    if (plan->name)
+        gguf_writer_set_str(w, "general.name", plan->name);
     uint64_t nt = gguf_n_tensors(g);
     struct qtensor *qs = af_xcalloc(nt ? nt : 1, sizeof *qs);
     for (uint64_t i = 0; i < nt && rc == AF_OK; i++) {
@@ -177,6 +180,16 @@ int quantize_model(const char *in_path, const char *out_path, const struct quant
 int af_engine_quantize(const char *in_path, const char *out_path, const char *type, char *err,
                        size_t errlen)
 {
+    return af_engine_quantize_named(in_path, out_path, type, NULL, err, errlen);
+}
+
+int af_engine_quantize_named(const char *in_path, const char *out_path, const char *type,
+                             const char *name, char *err, size_t errlen)
+{
+    if (name && !*name) {
+        af_errf(err, errlen, "the model name must not be empty");
+        return AF_EINVAL;
+    }
     struct quantize_plan plan;
     if (quantize_parse_ftype(type, &plan)) {
         af_errf(err, errlen,
@@ -185,5 +198,6 @@ int af_engine_quantize(const char *in_path, const char *out_path, const char *ty
                 type);
         return AF_EINVAL;
     }
+    plan.name = name;
     return quantize_model(in_path, out_path, &plan, err, errlen);
 }

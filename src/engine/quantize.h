@@ -11,9 +11,10 @@
 #include "agentflow/err.h"
 
 struct quantize_plan {
-    uint32_t base;  /* the type most 2-D weights get */
-    int mix;        /* the "_M" mixes: more bits for some attn_v / ffn_down */
-    uint32_t ftype; /* general.file_type */
+    uint32_t base;    /* the type most 2-D weights get */
+    int mix;          /* the "_M" mixes: more bits for some attn_v / ffn_down */
+    uint32_t ftype;   /* general.file_type */
+    const char *name; /* general.name to write (borrowed); NULL keeps the input's */
 };
 
 /* Parses "Q4_K_M", "q8_0", "F16"...; returns 0, or -1 when unknown. */
