@@ -28,6 +28,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -1529,9 +1530,27 @@ static void test_tool_result_shape(void **state)
     af_tool_free(t);
 }
 
+/* These tests count the machine's processes by marker and fill the user's process limit, so
+ * two runs at once (a `make test` beside a CI check of another clone) fail each other's tests:
+ * a second run waits for the first. */
+static void one_run_at_a_time(void)
+{
+    const int fd = open("/tmp/agentflow-test_sandbox.lock", O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+    if (fd < 0)
+        return; /* nothing to wait on: run */
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        fprintf(stderr, "test_sandbox: another run holds /tmp/agentflow-test_sandbox.lock; "
+                        "waiting for it\n");
+        if (flock(fd, LOCK_EX) != 0)
+            fprintf(stderr, "test_sandbox: cannot lock: %s\n", strerror(errno));
+    }
+    /* fd stays open (and the lock held) until this process exits */
+}
+
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
+    one_run_at_a_time();
     char why[512] = "";
     g_bwrap = sandbox_bwrap_works(NULL, why, sizeof why) == 1;
     if (!g_bwrap)
