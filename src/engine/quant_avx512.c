@@ -256,8 +256,9 @@ AF_TARGET_AVX512 static float dot_q5_0(int64_t n, const void *w, const void *x)
  * k-chunk, its R x C scale products computed 16 blocks at a time beforehand (one vmulps for 16
  * blocks, the products then broadcast two at a time from memory). Per (row, token, pair) the
  * tile's inner step is vpdpbusd (from the row's correction), vcvtdq2ps and one FMA; the
- * token's pair is permuted to the pair layout and biased once for the 4 rows. Accumulators are
- * parked in memory between k-chunks (an exact store / reload). Scratch: ~70 KiB of stack. */
+ * tokens' pairs are permuted to the pair layout and biased once per chunk, for every row group
+ * (per group of 4 rows, that work cost as much as a quarter of the tile's). Accumulators are
+ * parked in memory between k-chunks (an exact store / reload). Scratch: ~330 KiB of stack. */
 
 #ifndef T_R
 #define T_R 4
@@ -270,6 +271,7 @@ AF_TARGET_AVX512 static float dot_q5_0(int64_t n, const void *w, const void *x)
 #endif
 #define T_DX 16384 /* activation scales per token chunk (fp16, 32 KiB) */
 #define T_TC 64    /* tokens per chunk */
+#define T_XU 4096  /* the chunk's token pairs, biased and permuted once (256 KiB of stack) */
 
 struct t_scratch {
     __m512i w[T_KC / 2][T_R];       /* pair layout, signed */
@@ -306,18 +308,14 @@ AF_TARGET_AVX512 static AF_INLINE void t_pack(uint32_t t, int nr, const uint8_t 
     }
 }
 
-/* One step of the tile: the pair p of the chunk (x: the tokens' block kb0 + 2p). */
-AF_TARGET_AVX512 static AF_INLINE void t_step(int nr, int nc, int two, const struct t_scratch *s,
-                                              int64_t p, const uint8_t *x, size_t xbytes,
-                                              __m512 acc[T_R][T_C])
+/* One step of the tile: the pair p of the chunk (xu: the tokens' pair kb0 / 2 + p, np apart). */
+AF_TARGET_AVX512 static AF_INLINE void t_step(int nr, int nc, const struct t_scratch *s, int64_t p,
+                                              const __m512i *xu, int64_t np, __m512 acc[T_R][T_C])
 {
     __m512i xv[T_C];
 #pragma GCC unroll 8
-    for (int c = 0; c < nc; c++) {
-        const struct blk_q8_0 *xb = (const struct blk_q8_0 *)(x + (size_t)c * xbytes);
-        xv[c] = _mm512_xor_si512(to_pair_layout(load_2x32(xb[0].qs, xb[1].qs, two)),
-                                 _mm512_set1_epi8((char)0x80));
-    }
+    for (int c = 0; c < nc; c++)
+        xv[c] = _mm512_load_si512(xu + c * np);
 #pragma GCC unroll 8
     for (int r = 0; r < nr; r++) {
         const __m512i w = s->w[p][r], corr = s->corr[p][r];
@@ -352,14 +350,13 @@ AF_TARGET_AVX512 static AF_INLINE void t_scales(int nr, int nc, struct t_scratch
     }
 }
 
-/* nr packed rows x nc tokens (x: the first token's row; dx: its fp16 scales, nb apart) over
- * blocks [kb0, kb0 + kc) of nb; park: the tokens' parking slots; first / last: the k-chunk's
- * position. */
+/* nr packed rows x nc tokens (xu: the first token's pairs, biased, in the pair layout, np
+ * apart; dx: its fp16 scales, nb apart) over blocks [kb0, kb0 + kc) of nb; park: the tokens'
+ * parking slots; first / last: the k-chunk's position. */
 AF_TARGET_AVX512 static AF_INLINE void t_tile(int nr, int nc, struct t_scratch *s, int64_t kb0,
-                                              int64_t kc, int64_t nb, const uint8_t *x,
-                                              size_t xbytes, const uint16_t *dx,
-                                              __m512 (*park)[T_R], int first, int last, float *out,
-                                              int64_t ldo)
+                                              int64_t kc, int64_t nb, const __m512i *xu, int64_t np,
+                                              const uint16_t *dx, __m512 (*park)[T_R], int first,
+                                              int last, float *out, int64_t ldo)
 {
     t_scales(nr, nc, s, kb0, kc, nb, dx);
     __m512 acc[T_R][T_C];
@@ -368,12 +365,9 @@ AF_TARGET_AVX512 static AF_INLINE void t_tile(int nr, int nc, struct t_scratch *
 #pragma GCC unroll 8
         for (int c = 0; c < nc; c++)
             acc[r][c] = first ? _mm512_setzero_ps() : park[c][r];
-    const uint8_t *xb = x + (size_t)kb0 * sizeof(struct blk_q8_0);
-    int64_t p = 0;
-    for (; 2 * p + 2 <= kc; p++, xb += 2 * sizeof(struct blk_q8_0))
-        t_step(nr, nc, 1, s, p, xb, xbytes, acc);
-    if (2 * p < kc)
-        t_step(nr, nc, 0, s, p, xb, xbytes, acc);
+    const __m512i *xp = xu + kb0 / 2;
+    for (int64_t p = 0; 2 * p < kc; p++)
+        t_step(nr, nc, s, p, xp + p, np, acc);
 #pragma GCC unroll 8
     for (int r = 0; r < nr; r++)
 #pragma GCC unroll 8
@@ -385,19 +379,19 @@ AF_TARGET_AVX512 static AF_INLINE void t_tile(int nr, int nc, struct t_scratch *
         }
 }
 
-/* Every token of the chunk (tc of them) against nr packed rows. */
+/* Every token of the chunk (tc of them, their pairs at xu, np apart) against nr packed rows. */
 AF_TARGET_AVX512 static AF_INLINE void t_groups(int nr, struct t_scratch *s, int64_t kb0,
-                                                int64_t kc, int64_t nb, const uint8_t *x,
-                                                size_t xbytes, int64_t tc, int first, int last,
+                                                int64_t kc, int64_t nb, const __m512i *xu,
+                                                int64_t np, int64_t tc, int first, int last,
                                                 float *out, int64_t ldo)
 {
     int64_t c = 0;
     for (; c + T_C <= tc; c += T_C)
-        t_tile(nr, T_C, s, kb0, kc, nb, x + (size_t)c * xbytes, xbytes, s->dx + c * nb, s->park + c,
-               first, last, out + c * ldo, ldo);
+        t_tile(nr, T_C, s, kb0, kc, nb, xu + c * np, np, s->dx + c * nb, s->park + c, first, last,
+               out + c * ldo, ldo);
     for (; c < tc; c++)
-        t_tile(nr, 1, s, kb0, kc, nb, x + (size_t)c * xbytes, xbytes, s->dx + c * nb, s->park + c,
-               first, last, out + c * ldo, ldo);
+        t_tile(nr, 1, s, kb0, kc, nb, xu + c * np, np, s->dx + c * nb, s->park + c, first, last,
+               out + c * ldo, ldo);
 }
 
 /* ---- streaming matmul for small batches ---------------------------------------------------
@@ -578,9 +572,11 @@ AF_TARGET_AVX512 static AF_INLINE void matmul_t(uint32_t t, const void *W, size_
                                                 const void *X, size_t xbytes, int64_t m, float *out,
                                                 int64_t ldo, int64_t r0, int64_t r1)
 {
-    const int64_t nb = k / QK;
+    const int64_t nb = k / QK, np = (nb + 1) / 2;
     int64_t tcmax = nb > 0 ? T_DX / nb : 0;
     tcmax = tcmax > T_TC ? T_TC : tcmax;
+    if (np > 0 && tcmax > T_XU / np)
+        tcmax = T_XU / np;
     if (m >= 2 && m <= S_MMAX && (nb + 1) / 2 < S_PMAX) {
         matmul_stream(t, W, wbytes, nb, X, xbytes, m, out, ldo, r0, r1);
         return;
@@ -593,6 +589,7 @@ AF_TARGET_AVX512 static AF_INLINE void matmul_t(uint32_t t, const void *W, size_
         return;
     }
     struct t_scratch s;
+    __m512i xu[T_XU];
     const uint8_t *Wb = W, *Xb = X;
     for (int64_t j0 = 0; j0 < m; j0 += tcmax) {
         const int64_t tc = m - j0 < tcmax ? m - j0 : tcmax;
@@ -601,6 +598,10 @@ AF_TARGET_AVX512 static AF_INLINE void matmul_t(uint32_t t, const void *W, size_
             const struct blk_q8_0 *xr = (const struct blk_q8_0 *)(x + (size_t)c * xbytes);
             for (int64_t b = 0; b < nb; b++)
                 s.dx[c * nb + b] = xr[b].d;
+            for (int64_t p = 0; p < np; p++)
+                xu[c * np + p] = _mm512_xor_si512(
+                    to_pair_layout(load_2x32(xr[2 * p].qs, xr[2 * p + 1].qs, 2 * p + 1 < nb)),
+                    _mm512_set1_epi8((char)0x80));
         }
         for (int64_t r = r0; r < r1;) {
             const int nr = r1 - r < T_R ? 1 : T_R;
@@ -611,10 +612,10 @@ AF_TARGET_AVX512 static AF_INLINE void matmul_t(uint32_t t, const void *W, size_
                 const int first = kb0 == 0, last = kb0 + kc == nb;
                 if (nr == T_R) {
                     t_pack(t, T_R, w, wbytes, kb0, kc, nb, &s);
-                    t_groups(T_R, &s, kb0, kc, nb, x, xbytes, tc, first, last, o, ldo);
+                    t_groups(T_R, &s, kb0, kc, nb, xu, np, tc, first, last, o, ldo);
                 } else {
                     t_pack(t, 1, w, wbytes, kb0, kc, nb, &s);
-                    t_groups(1, &s, kb0, kc, nb, x, xbytes, tc, first, last, o, ldo);
+                    t_groups(1, &s, kb0, kc, nb, xu, np, tc, first, last, o, ldo);
                 }
             }
             r += nr;
