@@ -23,6 +23,7 @@
 #include "engine/tpool.h"
 
 #define UBATCH 256
+#define MM_MAX 3 /* weights that one matmul_n call runs together (q, k, v) */
 /* Positions attention scores per kernel call (a multiple of KV_BLOCK). */
 #define ATT_KEY_BLOCK 512
 #define ATT_V_SPAN 64 /* value rows summed per axpy_rows call (a stack array of pointers) */
@@ -42,7 +43,8 @@ struct fwd_ctx {
     int invariant;                   /* one-row products take the multi-row arithmetic */
     struct kv_seq **row_seq;         /* [UBATCH]: the sequence and position of each row */
     int64_t *row_pos;
-    float *pad_out; /* [2][widest output] for those */
+    float *pad_out; /* [MM_MAX][2][widest output] for those */
+    int64_t pad_widest;
 };
 
 /* ---- Context -------------------------------------------------------------------------- */
@@ -136,7 +138,8 @@ void fwd_ctx_set_invariant(struct fwd_ctx *c, int on)
     if (hp->n_head * hp->head_dim > widest)
         widest = hp->n_head * hp->head_dim;
     free(c->pad_out);
-    c->pad_out = on ? af_xmalloc((size_t)(2 * widest) * sizeof(float)) : NULL;
+    c->pad_widest = widest;
+    c->pad_out = on ? af_xmalloc((size_t)(MM_MAX * 2 * widest) * sizeof(float)) : NULL;
     c->invariant = on;
 }
 
@@ -148,14 +151,15 @@ int64_t fwd_ctx_max_ctx(const struct fwd_ctx *c)
 /* ---- Ops -------------------------------------------------------------------------------- */
 
 struct mm_job {
-    const struct weight *w;
+    const struct weight *w[MM_MAX]; /* weights with the same n_in and activation type */
+    float *out[MM_MAX];
+    int n;
     const float *x;
     int64_t nb, nb_in;
     char *qb;
     size_t rb;
-    float *out;
-    int64_t n_chunks, per;
-    _Atomic int64_t next; /* the next row to prepare, then the next row range */
+    int64_t first[MM_MAX + 1], per[MM_MAX]; /* weight i's chunks: [first[i], first[i + 1]) */
+    _Atomic int64_t next;                   /* the next row to prepare, then the next chunk */
 };
 
 static void mm_prepare(void *arg, int tid, int nth)
@@ -163,9 +167,10 @@ static void mm_prepare(void *arg, int tid, int nth)
     (void)tid;
     (void)nth;
     struct mm_job *jb = arg;
+    const struct weight *w = jb->w[0];
     for (int64_t j; (j = atomic_fetch_add(&jb->next, 1)) < jb->nb;)
-        quant_prepare_act(jb->w->type, jb->x + (j < jb->nb_in ? j : 0) * jb->w->n_in,
-                          jb->qb + (size_t)j * jb->rb, jb->w->n_in);
+        quant_prepare_act(w->type, jb->x + (j < jb->nb_in ? j : 0) * w->n_in,
+                          jb->qb + (size_t)j * jb->rb, w->n_in);
 }
 
 static void mm_chunks(void *arg, int tid, int nth)
@@ -173,45 +178,68 @@ static void mm_chunks(void *arg, int tid, int nth)
     (void)tid;
     (void)nth;
     struct mm_job *jb = arg;
-    const struct weight *w = jb->w;
-    for (int64_t ci; (ci = atomic_fetch_add(&jb->next, 1)) < jb->n_chunks;) {
-        const int64_t r0 = ci * jb->per, r1 = r0 + jb->per > w->n_out ? w->n_out : r0 + jb->per;
+    int i = 0;
+    for (int64_t ci; (ci = atomic_fetch_add(&jb->next, 1)) < jb->first[jb->n];) {
+        while (ci >= jb->first[i + 1])
+            i++;
+        const struct weight *w = jb->w[i];
+        const int64_t r0 = (ci - jb->first[i]) * jb->per[i];
+        const int64_t r1 = r0 + jb->per[i] > w->n_out ? w->n_out : r0 + jb->per[i];
         if (r0 < r1)
-            quant_matmul(w->type, w->data, w->n_in, jb->qb, jb->nb, jb->out, w->n_out, r0, r1);
+            quant_matmul(w->type, w->data, w->n_in, jb->qb, jb->nb, jb->out[i], w->n_out, r0, r1);
     }
+}
+
+/* outs[i][j][r] = ws[i] row r . x[j] for nb rows of x (n_in floats each), out rows of each
+ * weight's n_out floats, for n (<= MM_MAX) weights that read the same x (q, k and v; gate
+ * and up): the activations are prepared once and every weight's row ranges are taken from one
+ * pool run, so a small weight (k and v are 128 rows in Qwen2.5-0.5B) costs no hand-off of its
+ * own. Each output's bits are those of a matmul of its weight alone (no kernel's bits depend
+ * on the row split). Weights whose inputs are prepared differently run one after another. */
+static void matmul_n(struct fwd_ctx *c, int n, const struct weight *const *ws, const float *x,
+                     int64_t nb, float *const *outs)
+{
+    assert(n >= 1 && n <= MM_MAX);
+    const uint32_t vt = quant_vec_dot_type(ws[0]->type);
+    for (int i = 1; i < n; i++)
+        if (quant_vec_dot_type(ws[i]->type) != vt || ws[i]->n_in != ws[0]->n_in) {
+            for (int k = 0; k < n; k++)
+                matmul_n(c, 1, &ws[k], x, nb, &outs[k]);
+            return;
+        }
+    const size_t rb = quant_row_bytes(vt, ws[0]->n_in);
+    const int nt = c->n_threads;
+    /* In invariant mode a lone row is computed as a pair (itself twice), so it gets the same
+     * bits as in any batch of 2 or more: the one-row dot sums in another order. */
+    const int pad = c->invariant && nb == 1;
+    struct mm_job job = {.n = n, .x = x, .nb = pad ? 2 : nb, .nb_in = nb, .qb = c->qbuf, .rb = rb};
+    /* Contiguous row ranges, 16-row aligned, taken by whichever thread is free: a thread the
+     * VM's host pauses no longer holds the other up. */
+    const int used = nt < tpool_threads(c->pool) ? nt : tpool_threads(c->pool);
+    for (int i = 0; i < n; i++) {
+        job.w[i] = ws[i];
+        job.out[i] = pad ? c->pad_out + (size_t)i * 2 * (size_t)c->pad_widest : outs[i];
+        const int64_t chunks = (int64_t)used * quant_matmul_ranges_per_thread(ws[i]->type, job.nb);
+        job.per[i] = ((ws[i]->n_out + chunks - 1) / chunks + 15) / 16 * 16;
+        job.first[i + 1] = job.first[i] + (ws[i]->n_out + job.per[i] - 1) / job.per[i];
+    }
+    /* One decode row is prepared faster than a hand-off to the workers. */
+    if (job.nb <= 2)
+        mm_prepare(&job, 0, 1);
+    else
+        tpool_run(c->pool, nt, mm_prepare, &job);
+    atomic_store(&job.next, 0);
+    tpool_run(c->pool, nt, mm_chunks, &job);
+    if (pad)
+        for (int i = 0; i < n; i++)
+            memcpy(outs[i], job.out[i], (size_t)ws[i]->n_out * sizeof *outs[i]);
 }
 
 /* out[j][r] = W row r . x[j] for nb rows of x (n_in floats each); out rows of n_out floats. */
 static void matmul(struct fwd_ctx *c, const struct weight *w, const float *x, int64_t nb,
                    float *out)
 {
-    const uint32_t vt = quant_vec_dot_type(w->type);
-    const size_t rb = quant_row_bytes(vt, w->n_in);
-    char *qb = c->qbuf;
-    const int nt = c->n_threads;
-    /* In invariant mode a lone row is computed as a pair (itself twice), so it gets the same
-     * bits as in any batch of 2 or more: the one-row dot sums in another order. */
-    const int pad = c->invariant && nb == 1;
-    float *dst = pad ? c->pad_out : out;
-    const int64_t nb_in = nb;
-    if (pad)
-        nb = 2;
-    struct mm_job job = {.w = w, .x = x, .nb = nb, .nb_in = nb_in, .qb = qb, .rb = rb, .out = dst};
-    /* One decode row is prepared faster than a hand-off to the workers. */
-    if (nb <= 2)
-        mm_prepare(&job, 0, 1);
-    else
-        tpool_run(c->pool, nt, mm_prepare, &job);
-    /* Contiguous row ranges, 16-row aligned, taken by whichever thread is free: a thread the
-     * VM's host pauses no longer holds the other up. */
-    atomic_store(&job.next, 0);
-    const int used = nt < tpool_threads(c->pool) ? nt : tpool_threads(c->pool);
-    job.n_chunks = (int64_t)used * quant_matmul_ranges_per_thread(w->type, nb);
-    job.per = (w->n_out + job.n_chunks - 1) / job.n_chunks;
-    job.per = (job.per + 15) / 16 * 16;
-    tpool_run(c->pool, nt, mm_chunks, &job);
-    if (pad)
-        memcpy(out, dst, (size_t)w->n_out * sizeof *out);
+    matmul_n(c, 1, &w, x, nb, &out);
 }
 
 #define LORA_CHUNK 8 /* rows per lora_apply call */
@@ -444,11 +472,11 @@ static void layer(struct fwd_ctx *c, int64_t il, int64_t nb)
     const struct model_layer *ly = &c->m->layers[il];
     const int64_t d = hp->n_embd, ff = hp->n_ff;
     rms_norm(c->x, &ly->attn_norm, hp->rms_eps, d, nb, c->xn);
-    matmul(c, &ly->wq, c->xn, nb, c->q);
+    const struct weight *qkv[3] = {&ly->wq, &ly->wk, &ly->wv};
+    float *const qkv_out[3] = {c->q, c->k, c->v};
+    matmul_n(c, 3, qkv, c->xn, nb, qkv_out);
     lora_add(c, il, LORA_Q, c->xn, nb, c->q);
-    matmul(c, &ly->wk, c->xn, nb, c->k);
     lora_add(c, il, LORA_K, c->xn, nb, c->k);
-    matmul(c, &ly->wv, c->xn, nb, c->v);
     lora_add(c, il, LORA_V, c->xn, nb, c->v);
     add_bias(&ly->bq, c->q, nb);
     add_bias(&ly->bk, c->k, nb);
@@ -463,9 +491,10 @@ static void layer(struct fwd_ctx *c, int64_t il, int64_t nb)
     for (int64_t i = 0; i < nb * d; i++)
         c->x[i] += c->xn[i];
     rms_norm(c->x, &ly->ffn_norm, hp->rms_eps, d, nb, c->xn);
-    matmul(c, &ly->w_gate, c->xn, nb, c->gate);
+    const struct weight *gu[2] = {&ly->w_gate, &ly->w_up};
+    float *const gu_out[2] = {c->gate, c->up};
+    matmul_n(c, 2, gu, c->xn, nb, gu_out);
     lora_add(c, il, LORA_GATE, c->xn, nb, c->gate);
-    matmul(c, &ly->w_up, c->xn, nb, c->up);
     lora_add(c, il, LORA_UP, c->xn, nb, c->up);
     const quant_silu_mul_fn silu_mul = quant_silu_mul_kernel();
     struct silu_job sj = {.fn = silu_mul, .ff = ff, .gate = c->gate, .up = c->up, .nb = nb};
