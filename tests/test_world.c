@@ -799,6 +799,9 @@ static void test_make_model_reproducible(void **state)
     assert_true(na > 1000);
     assert_int_equal(na, nb);
     assert_memory_equal(a, b, na);
+    /* Named for what it is (quantize --name), not for make-random's shape. */
+    assert_non_null(memmem(a, na, "agentflow-world", 15));
+    assert_null(memmem(a, na, "qwen2-custom", 12));
     free(a);
     free(b);
     tmp_remove(&t);
