@@ -81,7 +81,9 @@ void quant_matmul(uint32_t t, const void *W, int64_t k, const void *X, int64_t m
 
 /* Row ranges per thread a caller should split a matmul of m tokens into, for threads to take
  * as they come free: 1 where the kernel packs the tokens once per call (float types'
- * prefill: more calls would repack them), else 4. No kernel's bits depend on the split. */
+ * prefill: more calls would repack them), 16 for a decode row (m <= 2: the fine ranges even
+ * out the threads' finishing times; forward.c gives each thread a contiguous run of them), else
+ * 4. No kernel's bits depend on the split. */
 int quant_matmul_ranges_per_thread(uint32_t t, int64_t m);
 
 /* y[i] += a * x[i] (multiply, then add: the same rounding on every ISA). The arithmetic the

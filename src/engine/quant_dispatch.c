@@ -155,5 +155,7 @@ void quant_matmul(uint32_t t, const void *W, int64_t k, const void *X, int64_t m
 int quant_matmul_ranges_per_thread(uint32_t t, int64_t m)
 {
     const int packs = t == GGML_TYPE_F32 || t == GGML_TYPE_F16 || t == GGML_TYPE_BF16;
-    return m >= 2 && packs ? 1 : 4;
+    if (m >= 2 && packs)
+        return 1;
+    return m <= 2 ? 16 : 4;
 }
