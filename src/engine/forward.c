@@ -23,11 +23,9 @@
 #include "engine/tpool.h"
 
 #define UBATCH 256
-#define MM_MAX 3    /* weights that one matmul_n call runs together (q, k, v) */
-#define MM_PARTS 16 /* threads with a share of their own in a matmul (the rest help) */
-#ifndef MM_MIN_BYTES
+#define MM_MAX 3           /* weights that one matmul_n call runs together (q, k, v) */
+#define MM_PARTS 16        /* threads with a share of their own in a matmul (the rest help) */
 #define MM_MIN_BYTES 65536 /* weight bytes x rows of input, at the least, per chunk */
-#endif
 /* Positions attention scores per kernel call (a multiple of KV_BLOCK). */
 #define ATT_KEY_BLOCK 512
 #define ATT_V_SPAN 64 /* value rows summed per axpy_rows call (a stack array of pointers) */
@@ -230,15 +228,15 @@ static void matmul_n(struct fwd_ctx *c, int n, const struct weight *const *ws, c
      * bits as in any batch of 2 or more: the one-row dot sums in another order. */
     const int pad = c->invariant && nb == 1;
     struct mm_job job = {.n = n, .x = x, .nb = pad ? 2 : nb, .nb_in = nb, .qb = c->qbuf, .rb = rb};
-    /* Contiguous row ranges, 16-row aligned, taken by whichever thread is free: a thread the
-     * VM's host pauses no longer holds the other up. */
+    /* Contiguous row ranges, 16-row aligned, in one share per thread; a thread that the VM's
+     * host pauses does not hold the others up: they take the rest of its share. */
     const int used = nt < tpool_threads(c->pool) ? nt : tpool_threads(c->pool);
     for (int i = 0; i < n; i++) {
         job.w[i] = ws[i];
         job.out[i] = pad ? c->pad_out + (size_t)i * 2 * (size_t)c->pad_widest : outs[i];
         const int64_t chunks = (int64_t)used * quant_matmul_ranges_per_thread(ws[i]->type, job.nb);
-        /* A chunk of under MM_MIN_BYTES of weight x rows costs more to hand out than to run
-         * (the 10M model's matrices are 200-800 KB). */
+        /* No range under MM_MIN_BYTES of weight x rows, so that a small matrix is not cut
+         * finer than is worth a hand-out (the 0.5B shape's k and v, 122 KB each, take 2). */
         const int64_t min_rows = (MM_MIN_BYTES + (int64_t)ws[i]->row_bytes * job.nb - 1) /
                                  ((int64_t)ws[i]->row_bytes * job.nb);
         int64_t per = (ws[i]->n_out + chunks - 1) / chunks;
