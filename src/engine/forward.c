@@ -225,8 +225,11 @@ static void matmul_n(struct fwd_ctx *c, int n, const struct weight *const *ws, c
     const size_t rb = quant_row_bytes(vt, ws[0]->n_in);
     const int nt = c->n_threads;
     /* In invariant mode a lone row is computed as a pair (itself twice), so it gets the same
-     * bits as in any batch of 2 or more: the one-row dot sums in another order. */
-    const int pad = c->invariant && nb == 1;
+     * bits as in any batch of 2 or more, unless the kernels' one-row path already has them. */
+    int m1_same = 1;
+    for (int i = 0; i < n; i++)
+        m1_same = m1_same && quant_matmul_m1_invariant(ws[i]->type);
+    const int pad = c->invariant && nb == 1 && !m1_same;
     struct mm_job job = {.n = n, .x = x, .nb = pad ? 2 : nb, .nb_in = nb, .qb = c->qbuf, .rb = rb};
     /* Contiguous row ranges, 16-row aligned, in one share per thread; a thread that the VM's
      * host pauses does not hold the others up: they take the rest of its share. */

@@ -79,6 +79,11 @@ float quant_vec_dot(uint32_t t, int64_t n, const void *w, const void *x);
 void quant_matmul(uint32_t t, const void *W, int64_t k, const void *X, int64_t m, float *out,
                   int64_t ldo, int64_t r0, int64_t r1);
 
+/* 1 when quant_matmul gives a lone token (m = 1) of type t the bits it gets in a batch of any
+ * size under the active kernels (AVX-512 Q8_0), so that a caller that needs batch invariance
+ * need not compute a lone row as a pair; 0 otherwise. */
+int quant_matmul_m1_invariant(uint32_t t);
+
 /* Row ranges per thread a caller should split a matmul of m tokens into, for threads to take
  * as they come free: 1 where the kernel packs the tokens once per call (float types'
  * prefill: more calls would repack them), 16 for a decode row (m <= 2: the fine ranges even

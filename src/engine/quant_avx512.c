@@ -1,10 +1,11 @@
 /*
- * quant_avx512.c - AVX-512 F/BW/VL + VNNI kernels for Q8_0, Q4_0 and Q5_0 against Q8_0 activations:
+ * quant_avx512.c - AVX-512 F/BW/VL + VNNI kernels for Q4_0 and Q5_0 against Q8_0 activations:
  * vec_dot (also the matmul for m < 4: one row at a time streams best from DRAM) and a packed,
  * register-tiled prefill matmul (4 weight rows x 4 tokens), all on 512-bit registers and
  * vpdpbusd. The float types' prefill matmuls are in quant_avx512_float.c and the K-quants' in
  * quant_avx512_k.c (both with the AVX2 kernels' bits); what has no entry here falls through to the
- * AVX2 kernels (quant_dispatch.c).
+ * AVX2 kernels (quant_dispatch.c). Q8_0 has kernels of its own, with 16 rows in the lanes
+ * (quant_avx512_r16.c), whose one-token path has the bits of every batch size.
  *
  * Pair layout: one zmm holds two 32-element blocks, 2p in the even int32 / float lanes and 2p + 1
  * in the odd ones; lane 2i + h is dword i (elements 4i..4i+3) of block 2p + h. Per output, the
@@ -232,11 +233,6 @@ AF_TARGET_AVX512 static AF_INLINE float dot_t(uint32_t t, int64_t n, const void 
     if (b < nb)
         acc = dot_pair(t, w, x, b, 0, acc);
     return hsum16(acc);
-}
-
-AF_TARGET_AVX512 static float dot_q8_0(int64_t n, const void *w, const void *x)
-{
-    return dot_t(GGML_TYPE_Q8_0, n, w, x);
 }
 
 AF_TARGET_AVX512 static float dot_q4_0(int64_t n, const void *w, const void *x)
@@ -582,10 +578,8 @@ AF_TARGET_AVX512 static AF_INLINE void matmul_t(uint32_t t, const void *W, size_
         return;
     }
     if (m < T_C || tcmax < T_C) { /* decode, or rows too long for the scale buffer */
-        quant_matmul_loop(t == GGML_TYPE_Q8_0   ? dot_q8_0
-                          : t == GGML_TYPE_Q4_0 ? dot_q4_0
-                                                : dot_q5_0,
-                          W, wbytes, k, X, xbytes, m, out, ldo, r0, r1);
+        quant_matmul_loop(t == GGML_TYPE_Q4_0 ? dot_q4_0 : dot_q5_0, W, wbytes, k, X, xbytes, m,
+                          out, ldo, r0, r1);
         return;
     }
     struct t_scratch s;
@@ -621,13 +615,6 @@ AF_TARGET_AVX512 static AF_INLINE void matmul_t(uint32_t t, const void *W, size_
             r += nr;
         }
     }
-}
-
-AF_TARGET_AVX512 static void matmul_q8_0(const void *W, size_t wbytes, int64_t k, const void *X,
-                                         size_t xbytes, int64_t m, float *out, int64_t ldo,
-                                         int64_t r0, int64_t r1)
-{
-    matmul_t(GGML_TYPE_Q8_0, W, wbytes, k, X, xbytes, m, out, ldo, r0, r1);
 }
 
 AF_TARGET_AVX512 static void matmul_q4_0(const void *W, size_t wbytes, int64_t k, const void *X,
@@ -799,7 +786,7 @@ const struct quant_kernels quant_kernels_avx512 = {
         {
             [GGML_TYPE_Q4_0] = dot_q4_0,
             [GGML_TYPE_Q5_0] = dot_q5_0,
-            [GGML_TYPE_Q8_0] = dot_q8_0,
+            [GGML_TYPE_Q8_0] = quant_avx512_dot_q8_0,
         },
     .matmul =
         {
@@ -811,8 +798,9 @@ const struct quant_kernels quant_kernels_avx512 = {
             [GGML_TYPE_Q4_K] = quant_avx512_matmul_q4_k,
             [GGML_TYPE_Q5_K] = quant_avx512_matmul_q5_k,
             [GGML_TYPE_Q6_K] = quant_avx512_matmul_q6_k,
-            [GGML_TYPE_Q8_0] = matmul_q8_0,
+            [GGML_TYPE_Q8_0] = quant_avx512_matmul_q8_0,
         },
+    .m1_invariant = {[GGML_TYPE_Q8_0] = 1},
 };
 
 #else

@@ -20,8 +20,10 @@ static void merge(const struct quant_kernels *const *layers, int n)
         for (int t = 0; t < GGML_TYPE_COUNT; t++) {
             if (layers[i]->vec_dot[t])
                 k.vec_dot[t] = layers[i]->vec_dot[t];
-            if (layers[i]->matmul[t] || layers[i]->vec_dot[t])
+            if (layers[i]->matmul[t] || layers[i]->vec_dot[t]) {
                 k.matmul[t] = layers[i]->matmul[t];
+                k.m1_invariant[t] = layers[i]->m1_invariant[t];
+            }
         }
         if (layers[i]->axpy)
             k.axpy = layers[i]->axpy;
@@ -150,6 +152,11 @@ void quant_matmul(uint32_t t, const void *W, int64_t k, const void *X, int64_t m
         ks->matmul[t](W, wbytes, k, X, xbytes, m, out, ldo, r0, r1);
     else if (ks->vec_dot[t])
         quant_matmul_loop(ks->vec_dot[t], W, wbytes, k, X, xbytes, m, out, ldo, r0, r1);
+}
+
+int quant_matmul_m1_invariant(uint32_t t)
+{
+    return t < GGML_TYPE_COUNT && kernels()->m1_invariant[t];
 }
 
 int quant_matmul_ranges_per_thread(uint32_t t, int64_t m)

@@ -82,6 +82,8 @@ struct quant_kernels {
     const char *name;
     quant_vec_dot_fn vec_dot[GGML_TYPE_COUNT];
     quant_matmul_fn matmul[GGML_TYPE_COUNT];
+    /* 1 where matmul's m = 1 has the bits of every batch size (quant_matmul_m1_invariant) */
+    unsigned char m1_invariant[GGML_TYPE_COUNT];
     void (*axpy)(int64_t n, float a, const float *x, float *y);
     quant_axpy_rows_fn axpy_rows;
     quant_scores_fn scores;
@@ -113,6 +115,12 @@ void quant_avx512_matmul_f32(const void *W, size_t wbytes, int64_t k, const void
 void quant_avx512_matmul_f16(const void *W, size_t wbytes, int64_t k, const void *X, size_t xbytes,
                              int64_t m, float *out, int64_t ldo, int64_t r0, int64_t r1);
 void quant_avx512_matmul_bf16(const void *W, size_t wbytes, int64_t k, const void *X, size_t xbytes,
+                              int64_t m, float *out, int64_t ldo, int64_t r0, int64_t r1);
+
+/* The AVX-512 Q8_0 kernels with 16 rows in the lanes (quant_avx512_r16.c): one chain per output
+ * for every batch size, the vec_dot included. */
+float quant_avx512_dot_q8_0(int64_t n, const void *w, const void *x);
+void quant_avx512_matmul_q8_0(const void *W, size_t wbytes, int64_t k, const void *X, size_t xbytes,
                               int64_t m, float *out, int64_t ldo, int64_t r0, int64_t r1);
 
 /* The AVX-512 K-quant prefill matmuls (quant_avx512_k.c): the AVX2 kernels' bits; m = 1 goes to

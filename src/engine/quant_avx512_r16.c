@@ -1,0 +1,417 @@
+/*
+ * quant_avx512_r16.c - Q8_0 weights against Q8_0 activations on AVX-512 VNNI, 16 weight rows in
+ * the 16 lanes of a register: the vec_dot and the matmul for every batch size.
+ *
+ * Why rows in the lanes: with one row's dwords in the lanes (quant_avx512.c's pair layout) every
+ * vpdpbusd is followed by a conversion and an FMA per token, so the float work equals the integer
+ * work. Here a 32-element block of 16 rows is transposed to 8 registers (register i holds dword i
+ * of each row), and a token's block costs 8 vpdpbusd, one conversion, one multiply and one FMA for
+ * 16 outputs. The transpose is done once per block and serves every token of the call (or, for
+ * more than R_C tokens, once per token chunk into a packed copy).
+ *
+ * The arithmetic per output, whatever the batch size, token offset or row split: for each block b
+ * in order, the exact integer sum isum_b of the 32 products, then acc = fma(dw_b * dx_b, isum_b,
+ * acc) from acc = +0, the scale product rounded once. The vec_dot computes the same chain with
+ * scalar instructions, so a lone token and a batch of any size give the same bits (batch
+ * invariance, tests/test_quant). It is also nearer ggml's reference order (a sequential sum over
+ * blocks) than the pair layout.
+ *
+ * The integer sums use vpdpbusd (unsigned x signed bytes) with the weights biased to unsigned
+ * (w ^ 0x80 = w + 128) and the activations signed: sum (w + 128) x - 128 sum x. The correction
+ * depends on the token alone, so it is computed once per token block and starts the sum.
+ *
+ * Every function carries AF_TARGET_AVX512; the table in quant_avx512.c selects them.
+ */
+#include <string.h>
+
+#include "engine/quant.h"
+#include "engine/quant_int.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+
+#define AF_TARGET_AVX512                                                                           \
+    __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")))
+#define AF_INLINE inline __attribute__((always_inline))
+
+#define R_KC 128 /* blocks per k chunk when packing: the packed copy of 16 rows is 72 KiB */
+#define R_TC 64  /* tokens per token chunk */
+#define R_C 8    /* tokens in registers */
+#define R_XN (R_TC * R_KC) /* token-block terms per chunk; R_C tokens take k chunks of R_XN / R_C  \
+                            */
+
+/* The token chunk's per-block terms: -128 * (sum of the block's bytes) and the scale; token c's
+ * block b at [c * ld + b]. */
+struct r_x {
+    int32_t corr[R_XN];
+    float d[R_XN];
+    int64_t ld;
+};
+
+/* 16 rows' blocks of one k chunk, transposed and biased, with their scales. */
+struct r_pack {
+    __m512i w[R_KC][8];
+    __m512 d[R_KC];
+};
+
+AF_TARGET_AVX512 static AF_INLINE int32_t load_i32(const void *p)
+{
+    int32_t v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+/* Sum of the 32 signed bytes of a block (exact). */
+AF_TARGET_AVX512 static AF_INLINE int32_t block_sum(const int8_t *qs)
+{
+    const __m256i u =
+        _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)qs), _mm256_set1_epi8((char)0x80));
+    const __m256i s = _mm256_sad_epu8(u, _mm256_setzero_si256()); /* 4 sums of (x + 128) */
+    const __m128i h = _mm_add_epi64(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+    return (int32_t)(_mm_cvtsi128_si64(h) + _mm_extract_epi64(h, 1)) - 32 * 128;
+}
+
+/* vec_dot: the lanes' chain for one row and one token, in scalar instructions. */
+AF_TARGET_AVX512 float quant_avx512_dot_q8_0(int64_t n, const void *w, const void *x)
+{
+    const struct blk_q8_0 *wb = w, *xb = x;
+    const int64_t nb = n / QK;
+    __m128 acc = _mm_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const __m256i wu = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)wb[b].qs),
+                                            _mm256_set1_epi8((char)0x80));
+        const __m256i p = _mm256_dpbusd_epi32(_mm256_setzero_si256(), wu,
+                                              _mm256_loadu_si256((const __m256i *)xb[b].qs));
+        __m128i h = _mm_add_epi32(_mm256_castsi256_si128(p), _mm256_extracti128_si256(p, 1));
+        h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0x4E));
+        h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0xB1));
+        const int32_t isum = _mm_cvtsi128_si32(h) - 128 * block_sum(xb[b].qs);
+        const __m128 s = _mm_mul_ss(_mm_set_ss(_cvtsh_ss(wb[b].d)), _mm_set_ss(_cvtsh_ss(xb[b].d)));
+        acc = _mm_fmadd_ss(s, _mm_set_ss((float)isum), acc);
+    }
+    return _mm_cvtss_f32(acc);
+}
+
+/* Block b of the 16 rows rp[0..15]: T[i] lane r = dword i of row r's quants, biased by 0x80. */
+AF_TARGET_AVX512 static AF_INLINE void r_block(const uint8_t *const *rp, int64_t b, __m512i T[8])
+{
+    const size_t o = (size_t)b * sizeof(struct blk_q8_0);
+    const __m512i bias = _mm512_set1_epi8((char)0x80);
+    __m512i a[8], t[8], u[8];
+#pragma GCC unroll 8
+    for (int j = 0; j < 8; j++) {
+        const __m256i lo = _mm256_loadu_si256((const __m256i *)(rp[j] + o + 2));
+        const __m256i hi = _mm256_loadu_si256((const __m256i *)(rp[j + 8] + o + 2));
+        a[j] = _mm512_xor_si512(_mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1), bias);
+    }
+    /* a[j]'s 128-bit lanes: row j dwords 0-3, 4-7, row j + 8 dwords 0-3, 4-7. */
+#pragma GCC unroll 2
+    for (int h = 0; h < 8; h += 4) {
+        t[h + 0] = _mm512_unpacklo_epi32(a[h + 0], a[h + 1]);
+        t[h + 1] = _mm512_unpackhi_epi32(a[h + 0], a[h + 1]);
+        t[h + 2] = _mm512_unpacklo_epi32(a[h + 2], a[h + 3]);
+        t[h + 3] = _mm512_unpackhi_epi32(a[h + 2], a[h + 3]);
+        u[h + 0] = _mm512_unpacklo_epi64(t[h + 0], t[h + 2]);
+        u[h + 1] = _mm512_unpackhi_epi64(t[h + 0], t[h + 2]);
+        u[h + 2] = _mm512_unpacklo_epi64(t[h + 1], t[h + 3]);
+        u[h + 3] = _mm512_unpackhi_epi64(t[h + 1], t[h + 3]);
+    }
+    /* u[d] (u[4 + d]): rows 0-3 (4-7) dword d, the same rows dword 4 + d, rows 8-11 (12-15)
+     * dword d, the same rows dword 4 + d. */
+    const __m512i lo_idx = _mm512_set_epi64(13, 12, 5, 4, 9, 8, 1, 0);
+    const __m512i hi_idx = _mm512_set_epi64(15, 14, 7, 6, 11, 10, 3, 2);
+#pragma GCC unroll 4
+    for (int d = 0; d < 4; d++) {
+        T[d] = _mm512_permutex2var_epi64(u[d], lo_idx, u[4 + d]);
+        T[4 + d] = _mm512_permutex2var_epi64(u[d], hi_idx, u[4 + d]);
+    }
+}
+
+/* The 16 rows' scales of blocks b .. b + 3, D[q] lane j = row j's scale of block b + q: two
+ * loads and a word permute a row, then a 4 x 4 transpose in each 128-bit lane (a gather a block
+ * cost more than the sums of a decode). */
+AF_TARGET_AVX512 static AF_INLINE void r_scales4(const uint8_t *const *rp, int64_t b, __m512 D[4])
+{
+    const __m512i idx = _mm512_set_epi16(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+                                         0, 0, 0, 0, 0, 0, 0, 0, 51, 34, 17, 0);
+    const size_t o = (size_t)b * sizeof(struct blk_q8_0);
+    __m128 f[16];
+#pragma GCC unroll 16
+    for (int j = 0; j < 16; j++) {
+        const uint8_t *p = rp[j] + o;
+        const __m512i d =
+            _mm512_permutex2var_epi16(_mm512_loadu_si512(p), idx, _mm512_loadu_si512(p + 64));
+        f[j] = _mm_cvtph_ps(_mm512_castsi512_si128(d));
+    }
+    __m512 z[4];
+#pragma GCC unroll 4
+    for (int q = 0; q < 4; q++) /* z[q] lane i: row 4i + q's four scales */
+        z[q] = _mm512_insertf32x4(
+            _mm512_insertf32x4(_mm512_insertf32x4(_mm512_castps128_ps512(f[q]), f[4 + q], 1),
+                               f[8 + q], 2),
+            f[12 + q], 3);
+    const __m512 t0 = _mm512_unpacklo_ps(z[0], z[1]), t1 = _mm512_unpackhi_ps(z[0], z[1]);
+    const __m512 t2 = _mm512_unpacklo_ps(z[2], z[3]), t3 = _mm512_unpackhi_ps(z[2], z[3]);
+    D[0] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(t0), _mm512_castps_pd(t2)));
+    D[1] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t0), _mm512_castps_pd(t2)));
+    D[2] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(t1), _mm512_castps_pd(t3)));
+    D[3] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t1), _mm512_castps_pd(t3)));
+}
+
+/* One block's scales of the 16 rows (the k chunk's last blocks, which 4-block loads would
+ * overrun); gidx: the rows' byte offsets from rp[0]. */
+AF_TARGET_AVX512 static AF_INLINE __m512 r_scales1(const uint8_t *const *rp, __m512i gidx,
+                                                   int64_t b)
+{
+    const __m512i g = _mm512_i32gather_epi32(gidx, rp[0] + (size_t)b * sizeof(struct blk_q8_0), 1);
+    return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(g));
+}
+
+/* acc + (dw * dx) * (the token's exact block sum against T), xq the token's block quants. */
+AF_TARGET_AVX512 static AF_INLINE __m512 r_token(const __m512i T[8], __m512 dw, const int8_t *xq,
+                                                 int32_t corr, float dx, __m512 acc)
+{
+    __m512i q = _mm512_set1_epi32(corr);
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; i++)
+        q = _mm512_dpbusd_epi32(q, T[i], _mm512_set1_epi32(load_i32(xq + 4 * i)));
+    return _mm512_fmadd_ps(_mm512_mul_ps(dw, _mm512_set1_ps(dx)), _mm512_cvtepi32_ps(q), acc);
+}
+
+/* One token's exact block sums against block b of the 16 rows, without the transpose: each
+ * register of two rows meets the token's block twice, and a tree of unpacks and adds sums each
+ * row's 8 lanes (14 shuffles against the transpose's 24, which only pays with 2+ tokens). The
+ * integer sums are exact, so the bits are those of the transposed path. */
+AF_TARGET_AVX512 static AF_INLINE __m512i r_sums1(const uint8_t *const *rp, int64_t b,
+                                                  const int8_t *xq, int32_t corr)
+{
+    const size_t o = (size_t)b * sizeof(struct blk_q8_0);
+    const __m512i bias = _mm512_set1_epi8((char)0x80);
+    const __m512i xx = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)xq));
+    __m512i p[8], u[4];
+#pragma GCC unroll 8
+    for (int j = 0; j < 8; j++) {
+        const __m256i lo = _mm256_loadu_si256((const __m256i *)(rp[j] + o + 2));
+        const __m256i hi = _mm256_loadu_si256((const __m256i *)(rp[j + 8] + o + 2));
+        const __m512i a =
+            _mm512_xor_si512(_mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1), bias);
+        p[j] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), a, xx);
+    }
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; k++)
+        u[k] = _mm512_add_epi32(_mm512_unpacklo_epi32(p[2 * k], p[2 * k + 1]),
+                                _mm512_unpackhi_epi32(p[2 * k], p[2 * k + 1]));
+    /* v0 (v1): per 128-bit lane, rows 0-3 (4-7) over dwords 0-3, the same over 4-7, rows 8-11
+     * (12-15) over 0-3, over 4-7. */
+    const __m512i v0 =
+        _mm512_add_epi32(_mm512_unpacklo_epi64(u[0], u[1]), _mm512_unpackhi_epi64(u[0], u[1]));
+    const __m512i v1 =
+        _mm512_add_epi32(_mm512_unpacklo_epi64(u[2], u[3]), _mm512_unpackhi_epi64(u[2], u[3]));
+    const __m512i lo_idx = _mm512_set_epi64(13, 12, 5, 4, 9, 8, 1, 0);
+    const __m512i hi_idx = _mm512_set_epi64(15, 14, 7, 6, 11, 10, 3, 2);
+    const __m512i r = _mm512_add_epi32(_mm512_permutex2var_epi64(v0, lo_idx, v1),
+                                       _mm512_permutex2var_epi64(v0, hi_idx, v1));
+    return _mm512_add_epi32(r, _mm512_set1_epi32(corr));
+}
+
+/* The token chunk's terms for blocks [b0, b0 + kc). */
+AF_TARGET_AVX512 static void r_prep_x(const uint8_t *X, size_t xbytes, int64_t tc, int64_t b0,
+                                      int64_t kc, struct r_x *s)
+{
+    s->ld = kc;
+    for (int64_t c = 0; c < tc; c++) {
+        const struct blk_q8_0 *xb = (const struct blk_q8_0 *)(X + (size_t)c * xbytes) + b0;
+        for (int64_t b = 0; b < kc; b++) {
+            s->corr[c * kc + b] = -128 * block_sum(xb[b].qs);
+            s->d[c * kc + b] = _cvtsh_ss(xb[b].d);
+        }
+    }
+}
+
+/* Prefetch share b of kc of the next group's bytes (16 rows from rp[0] + 16 * wbytes, one
+ * contiguous range): in order, a line at a time, so that the reads ahead stream like one row's. */
+AF_TARGET_AVX512 static AF_INLINE void r_prefetch(const uint8_t *next, size_t lines, int64_t b,
+                                                  int64_t kc)
+{
+    const size_t l0 = lines * (size_t)b / (size_t)kc, l1 = lines * (size_t)(b + 1) / (size_t)kc;
+    for (size_t l = l0; l < l1; l++)
+        _mm_prefetch((const char *)next + 64 * l, _MM_HINT_T0);
+}
+
+/* nc (<= R_C) tokens against 16 rows over blocks [b0, b0 + kc), transposing as it goes; the
+ * accumulators start at +0 (first) or at out's partial sums. xs: the tokens' terms. */
+AF_TARGET_AVX512 static AF_INLINE void r_fly(int nc, const uint8_t *const *rp, __m512i gidx,
+                                             const uint8_t *next, size_t lines, int64_t b0,
+                                             int64_t kc, const uint8_t *X, size_t xbytes,
+                                             const struct r_x *xs, int first, float *out,
+                                             int64_t ldo, __mmask16 mk)
+{
+    __m512 acc[R_C];
+#pragma GCC unroll 8
+    for (int c = 0; c < nc; c++)
+        acc[c] = first ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(mk, out + c * ldo);
+    for (int64_t b4 = 0; b4 < kc; b4 += 4) {
+        __m512 D[4];
+        const int nq = kc - b4 < 4 ? (int)(kc - b4) : 4;
+        if (nq == 4)
+            r_scales4(rp, b0 + b4, D);
+        else
+            for (int q = 0; q < nq; q++)
+                D[q] = r_scales1(rp, gidx, b0 + b4 + q);
+        for (int q = 0; q < nq; q++) {
+            const int64_t b = b4 + q;
+            r_prefetch(next, lines, b, kc);
+            if (nc == 1) {
+                const struct blk_q8_0 *xb = (const struct blk_q8_0 *)X + b0 + b;
+                const __m512i is = r_sums1(rp, b0 + b, xb->qs, xs->corr[b]);
+                acc[0] = _mm512_fmadd_ps(_mm512_mul_ps(D[q], _mm512_set1_ps(xs->d[b])),
+                                         _mm512_cvtepi32_ps(is), acc[0]);
+                continue;
+            }
+            __m512i T[8];
+            r_block(rp, b0 + b, T);
+#pragma GCC unroll 8
+            for (int c = 0; c < nc; c++) {
+                const struct blk_q8_0 *xb =
+                    (const struct blk_q8_0 *)(X + (size_t)c * xbytes) + b0 + b;
+                const int64_t i = c * xs->ld + b;
+                acc[c] = r_token(T, D[q], xb->qs, xs->corr[i], xs->d[i], acc[c]);
+            }
+        }
+    }
+#pragma GCC unroll 8
+    for (int c = 0; c < nc; c++)
+        _mm512_mask_storeu_ps(out + c * ldo, mk, acc[c]);
+}
+
+/* The same for tokens c0 .. c0 + nc - 1 of the chunk, from the packed rows. */
+AF_TARGET_AVX512 static AF_INLINE void r_packed(int nc, const struct r_pack *P, int64_t b0,
+                                                int64_t kc, const uint8_t *X, size_t xbytes,
+                                                const struct r_x *xs, int64_t c0, int first,
+                                                float *out, int64_t ldo, __mmask16 mk)
+{
+    __m512 acc[R_C];
+#pragma GCC unroll 8
+    for (int c = 0; c < nc; c++)
+        acc[c] = first ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(mk, out + c * ldo);
+    for (int64_t b = 0; b < kc; b++) {
+#pragma GCC unroll 8
+        for (int c = 0; c < nc; c++) {
+            const struct blk_q8_0 *xb = (const struct blk_q8_0 *)(X + (size_t)c * xbytes) + b0 + b;
+            const int64_t i = (c0 + c) * xs->ld + b;
+            acc[c] = r_token(P->w[b], P->d[b], xb->qs, xs->corr[i], xs->d[i], acc[c]);
+        }
+    }
+#pragma GCC unroll 8
+    for (int c = 0; c < nc; c++)
+        _mm512_mask_storeu_ps(out + c * ldo, mk, acc[c]);
+}
+
+#define R_CASES(CALL)                                                                              \
+    switch (nc) {                                                                                  \
+    case 1:                                                                                        \
+        CALL(1);                                                                                   \
+        break;                                                                                     \
+    case 2:                                                                                        \
+        CALL(2);                                                                                   \
+        break;                                                                                     \
+    case 3:                                                                                        \
+        CALL(3);                                                                                   \
+        break;                                                                                     \
+    case 4:                                                                                        \
+        CALL(4);                                                                                   \
+        break;                                                                                     \
+    case 5:                                                                                        \
+        CALL(5);                                                                                   \
+        break;                                                                                     \
+    case 6:                                                                                        \
+        CALL(6);                                                                                   \
+        break;                                                                                     \
+    case 7:                                                                                        \
+        CALL(7);                                                                                   \
+        break;                                                                                     \
+    default:                                                                                       \
+        CALL(8);                                                                                   \
+        break;                                                                                     \
+    }
+
+/* Rows [r, r + nr) (nr <= 16) against the token chunk over blocks [b0, b0 + kc). */
+AF_TARGET_AVX512 static void r_group(const uint8_t *W, size_t wbytes, int64_t r, int nr, int64_t b0,
+                                     int64_t kc, const uint8_t *X, size_t xbytes, int64_t tc,
+                                     const struct r_x *xs, struct r_pack *P, int first, float *out,
+                                     int64_t ldo)
+{
+    const uint8_t *rp[16];
+    int32_t off[16];
+    for (int j = 0; j < 16; j++) { /* rows past the end repeat the last; they are not stored */
+        const int jr = j < nr ? j : nr - 1;
+        rp[j] = W + (size_t)(r + jr) * wbytes;
+        off[j] = (int32_t)((size_t)jr * wbytes);
+    }
+    const __m512i gidx = _mm512_loadu_si512(off);
+    /* Prefetch the next group, past r1 too: a thread's next range usually follows this one, and
+     * a prefetch past the matrix does not fault. */
+    const uint8_t *next = W + (size_t)(r + 16) * wbytes;
+    const size_t lines = 16 * wbytes / 64;
+    const __mmask16 mk = (__mmask16)(nr == 16 ? 0xFFFF : (1u << nr) - 1);
+    float *o = out + r;
+    if (tc <= R_C) {
+        const int nc = (int)tc;
+#define R_FLY(n) r_fly(n, rp, gidx, next, lines, b0, kc, X, xbytes, xs, first, o, ldo, mk)
+        R_CASES(R_FLY)
+#undef R_FLY
+        return;
+    }
+    for (int64_t b4 = 0; b4 < kc; b4 += 4) {
+        const int nq = kc - b4 < 4 ? (int)(kc - b4) : 4;
+        if (nq == 4)
+            r_scales4(rp, b0 + b4, &P->d[b4]);
+        else
+            for (int q = 0; q < nq; q++)
+                P->d[b4 + q] = r_scales1(rp, gidx, b0 + b4 + q);
+        for (int q = 0; q < nq; q++) {
+            r_prefetch(next, lines, b4 + q, kc);
+            r_block(rp, b0 + b4 + q, P->w[b4 + q]);
+        }
+    }
+    for (int64_t c0 = 0; c0 < tc; c0 += R_C) {
+        const int nc = tc - c0 < R_C ? (int)(tc - c0) : R_C;
+        const uint8_t *Xc = X + (size_t)c0 * xbytes;
+        float *oc = o + c0 * ldo;
+#define R_PACKED(n) r_packed(n, P, b0, kc, Xc, xbytes, xs, c0, first, oc, ldo, mk)
+        R_CASES(R_PACKED)
+#undef R_PACKED
+    }
+}
+
+AF_TARGET_AVX512 void quant_avx512_matmul_q8_0(const void *W, size_t wbytes, int64_t k,
+                                               const void *X, size_t xbytes, int64_t m, float *out,
+                                               int64_t ldo, int64_t r0, int64_t r1)
+{
+    const int64_t nb = k / QK;
+    if (nb == 0 || wbytes > (size_t)INT32_MAX / 16) { /* gather offsets are int32 */
+        quant_matmul_loop(quant_avx512_dot_q8_0, W, wbytes, k, X, xbytes, m, out, ldo, r0, r1);
+        return;
+    }
+    struct r_x xs;
+    struct r_pack pack;
+    const uint8_t *Xb = X;
+    /* A small batch is transposed on the fly and takes long k chunks, so that a decode streams
+     * each row group once; a larger one packs each group once per token chunk. */
+    const int64_t tcmax = m <= R_C ? R_C : R_TC, kcmax = m <= R_C ? R_XN / R_C : R_KC;
+    for (int64_t j0 = 0; j0 < m; j0 += tcmax) {
+        const int64_t tc = m - j0 < tcmax ? m - j0 : tcmax;
+        const uint8_t *Xc = Xb + (size_t)j0 * xbytes;
+        for (int64_t b0 = 0; b0 < nb; b0 += kcmax) {
+            const int64_t kc = nb - b0 < kcmax ? nb - b0 : kcmax;
+            r_prep_x(Xc, xbytes, tc, b0, kc, &xs);
+            for (int64_t r = r0; r < r1; r += 16) {
+                const int nr = r1 - r < 16 ? (int)(r1 - r) : 16;
+                r_group(W, wbytes, r, nr, b0, kc, Xc, xbytes, tc, &xs, &pack, b0 == 0,
+                        out + j0 * ldo, ldo);
+            }
+        }
+    }
+}
+
+#endif
