@@ -34,11 +34,13 @@
     __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")))
 #define AF_INLINE inline __attribute__((always_inline))
 
-#define R_KC 128 /* blocks per k chunk when packing: the packed copy of 16 rows is 72 KiB */
-#define R_TC 64  /* tokens per token chunk */
-#define R_C 8    /* tokens in registers */
-#define R_XN (R_TC * R_KC) /* token-block terms per chunk; R_C tokens take k chunks of R_XN / R_C  \
-                            */
+#define R_KC 128     /* blocks per k chunk when packing: the packed copy of 16 rows is 72 KiB */
+#define R_TC 64      /* tokens per token chunk */
+#define R_C 8        /* tokens in registers */
+#define R_FLY_MAX 16 /* batches up to this transpose on the fly; larger ones pack */
+#define R_XN                                                                                       \
+    (R_TC * R_KC) /* token-block terms per chunk; R_C tokens take k chunks of R_XN / R_C           \
+                   */
 
 /* The token chunk's per-block terms: -128 * (sum of the block's bytes) and the scale; token c's
  * block b at [c * ld + b]. */
@@ -228,12 +230,12 @@ AF_TARGET_AVX512 static void r_prep_x(const uint8_t *X, size_t xbytes, int64_t t
     }
 }
 
-/* Prefetch share b of kc of the next group's bytes (16 rows from rp[0] + 16 * wbytes, one
- * contiguous range): in order, a line at a time, so that the reads ahead stream like one row's. */
-AF_TARGET_AVX512 static AF_INLINE void r_prefetch(const uint8_t *next, size_t lines, int64_t b,
-                                                  int64_t kc)
+/* Prefetch block b's share (`per` lines) of the next group's bytes, 16 rows from `next`, one
+ * contiguous range of `lines` lines: in order, so that the reads ahead stream like one row's. */
+AF_TARGET_AVX512 static AF_INLINE void r_prefetch(const uint8_t *next, size_t lines, size_t per,
+                                                  int64_t b)
 {
-    const size_t l0 = lines * (size_t)b / (size_t)kc, l1 = lines * (size_t)(b + 1) / (size_t)kc;
+    const size_t l0 = per * (size_t)b, l1 = l0 + per < lines ? l0 + per : lines;
     for (size_t l = l0; l < l1; l++)
         _mm_prefetch((const char *)next + 64 * l, _MM_HINT_T0);
 }
@@ -241,10 +243,10 @@ AF_TARGET_AVX512 static AF_INLINE void r_prefetch(const uint8_t *next, size_t li
 /* nc (<= R_C) tokens against 16 rows over blocks [b0, b0 + kc), transposing as it goes; the
  * accumulators start at +0 (first) or at out's partial sums. xs: the tokens' terms. */
 AF_TARGET_AVX512 static AF_INLINE void r_fly(int nc, const uint8_t *const *rp, __m512i gidx,
-                                             const uint8_t *next, size_t lines, int64_t b0,
-                                             int64_t kc, const uint8_t *X, size_t xbytes,
-                                             const struct r_x *xs, int first, float *out,
-                                             int64_t ldo, __mmask16 mk)
+                                             const uint8_t *next, size_t lines, size_t per,
+                                             int64_t b0, int64_t kc, const uint8_t *X,
+                                             size_t xbytes, const struct r_x *xs, int64_t c0,
+                                             int first, float *out, int64_t ldo, __mmask16 mk)
 {
     __m512 acc[R_C];
 #pragma GCC unroll 8
@@ -260,11 +262,12 @@ AF_TARGET_AVX512 static AF_INLINE void r_fly(int nc, const uint8_t *const *rp, _
                 D[q] = r_scales1(rp, gidx, b0 + b4 + q);
         for (int q = 0; q < nq; q++) {
             const int64_t b = b4 + q;
-            r_prefetch(next, lines, b, kc);
+            r_prefetch(next, lines, per, b);
             if (nc == 1) {
                 const struct blk_q8_0 *xb = (const struct blk_q8_0 *)X + b0 + b;
-                const __m512i is = r_sums1(rp, b0 + b, xb->qs, xs->corr[b]);
-                acc[0] = _mm512_fmadd_ps(_mm512_mul_ps(D[q], _mm512_set1_ps(xs->d[b])),
+                const int64_t i = c0 * xs->ld + b;
+                const __m512i is = r_sums1(rp, b0 + b, xb->qs, xs->corr[i]);
+                acc[0] = _mm512_fmadd_ps(_mm512_mul_ps(D[q], _mm512_set1_ps(xs->d[i])),
                                          _mm512_cvtepi32_ps(is), acc[0]);
                 continue;
             }
@@ -274,7 +277,7 @@ AF_TARGET_AVX512 static AF_INLINE void r_fly(int nc, const uint8_t *const *rp, _
             for (int c = 0; c < nc; c++) {
                 const struct blk_q8_0 *xb =
                     (const struct blk_q8_0 *)(X + (size_t)c * xbytes) + b0 + b;
-                const int64_t i = c * xs->ld + b;
+                const int64_t i = (c0 + c) * xs->ld + b;
                 acc[c] = r_token(T, D[q], xb->qs, xs->corr[i], xs->d[i], acc[c]);
             }
         }
@@ -352,14 +355,19 @@ AF_TARGET_AVX512 static void r_group(const uint8_t *W, size_t wbytes, int64_t r,
     /* Prefetch the next group, past r1 too: a thread's next range usually follows this one, and
      * a prefetch past the matrix does not fault. */
     const uint8_t *next = W + (size_t)(r + 16) * wbytes;
-    const size_t lines = 16 * wbytes / 64;
+    const size_t lines = 16 * wbytes / 64, per = (lines + (size_t)kc - 1) / (size_t)kc;
     const __mmask16 mk = (__mmask16)(nr == 16 ? 0xFFFF : (1u << nr) - 1);
     float *o = out + r;
-    if (tc <= R_C) {
-        const int nc = (int)tc;
-#define R_FLY(n) r_fly(n, rp, gidx, next, lines, b0, kc, X, xbytes, xs, first, o, ldo, mk)
-        R_CASES(R_FLY)
+    if (tc <= R_FLY_MAX) { /* passes of R_C tokens; the second finds the rows in L1 or L2 */
+        for (int64_t c0 = 0; c0 < tc; c0 += R_C) {
+            const int nc = tc - c0 < R_C ? (int)(tc - c0) : R_C;
+            const uint8_t *Xc = X + (size_t)c0 * xbytes;
+            float *oc = o + c0 * ldo;
+#define R_FLY(n)                                                                                   \
+    r_fly(n, rp, gidx, next, lines, per, b0, kc, Xc, xbytes, xs, c0, first, oc, ldo, mk)
+            R_CASES(R_FLY)
 #undef R_FLY
+        }
         return;
     }
     for (int64_t b4 = 0; b4 < kc; b4 += 4) {
@@ -370,7 +378,7 @@ AF_TARGET_AVX512 static void r_group(const uint8_t *W, size_t wbytes, int64_t r,
             for (int q = 0; q < nq; q++)
                 P->d[b4 + q] = r_scales1(rp, gidx, b0 + b4 + q);
         for (int q = 0; q < nq; q++) {
-            r_prefetch(next, lines, b4 + q, kc);
+            r_prefetch(next, lines, per, b4 + q);
             r_block(rp, b0 + b4 + q, P->w[b4 + q]);
         }
     }
@@ -398,7 +406,8 @@ AF_TARGET_AVX512 void quant_avx512_matmul_q8_0(const void *W, size_t wbytes, int
     const uint8_t *Xb = X;
     /* A small batch is transposed on the fly and takes long k chunks, so that a decode streams
      * each row group once; a larger one packs each group once per token chunk. */
-    const int64_t tcmax = m <= R_C ? R_C : R_TC, kcmax = m <= R_C ? R_XN / R_C : R_KC;
+    const int64_t tcmax = m <= R_FLY_MAX ? R_FLY_MAX : R_TC;
+    const int64_t kcmax = m <= R_FLY_MAX ? R_XN / R_FLY_MAX : R_KC;
     for (int64_t j0 = 0; j0 < m; j0 += tcmax) {
         const int64_t tc = m - j0 < tcmax ? m - j0 : tcmax;
         const uint8_t *Xc = Xb + (size_t)j0 * xbytes;
