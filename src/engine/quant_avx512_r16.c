@@ -1,13 +1,15 @@
 /*
- * quant_avx512_r16.c - Q8_0 weights against Q8_0 activations on AVX-512 VNNI, 16 weight rows in
- * the 16 lanes of a register: the vec_dot and the matmul for every batch size.
+ * quant_avx512_r16.c - Q8_0, Q4_0 and Q5_0 weights against Q8_0 activations on AVX-512 VNNI,
+ * 16 weight rows in the 16 lanes of a register: the vec_dot and the matmul for every batch size.
  *
- * Why rows in the lanes: with one row's dwords in the lanes (quant_avx512.c's pair layout) every
- * vpdpbusd is followed by a conversion and an FMA per token, so the float work equals the integer
- * work. Here a 32-element block of 16 rows is transposed to 8 registers (register i holds dword i
- * of each row), and a token's block costs 8 vpdpbusd, one conversion, one multiply and one FMA for
- * 16 outputs. The transpose is done once per block and serves every token of the call (or, for
- * more than R_C tokens, once per token chunk into a packed copy).
+ * Why rows in the lanes: with one row's dwords in the lanes (the earlier AVX-512 kernels' pair
+ * layout) every vpdpbusd is followed by a conversion and an FMA per token, so the float work equals
+ * the integer work. Here a 32-element block of 16 rows is transposed to 8 registers (register i
+ * holds dword i of each row), and a token's block costs 8 vpdpbusd, one conversion, one multiply
+ * and one FMA for 16 outputs. The transpose is done once per block and serves every token of a call
+ * of up to R_FLY_MAX tokens (bigger calls pack each 16-row group once per token chunk). One token
+ * sums the rows' lanes with a tree of unpacks instead (Q8_0, Q5_0); Q4_0 transposes its packed
+ * nibbles before it splits them.
  *
  * The arithmetic per output, whatever the batch size, token offset or row split: for each block b
  * in order, the exact integer sum isum_b of the 32 products, then acc = fma(dw_b * dx_b, isum_b,
@@ -16,8 +18,9 @@
  * invariance, tests/test_quant). It is also nearer ggml's reference order (a sequential sum over
  * blocks) than the pair layout.
  *
- * The integer sums use vpdpbusd (unsigned x signed bytes) with the weights biased to unsigned
- * (w ^ 0x80 = w + 128) and the activations signed: sum (w + 128) x - 128 sum x. The correction
+ * The integer sums use vpdpbusd (unsigned x signed bytes) with the weights as unsigned bytes
+ * u = w + B and the activations signed: sum u x - B sum x, with B = 128 for Q8_0 (u = w ^ 0x80),
+ * 8 for Q4_0 (u = the nibble) and 16 for Q5_0 (u = the nibble and its fifth bit). The correction
  * depends on the token alone, so it is computed once per token block and starts the sum.
  *
  * Every function carries AF_TARGET_AVX512; the table in quant_avx512.c selects them.
@@ -63,6 +66,36 @@ AF_TARGET_AVX512 static AF_INLINE int32_t load_i32(const void *p)
     return v;
 }
 
+/* Bytes per block, and the bias B of the unsigned form (above), of weight type t. */
+static inline size_t r_bsz(uint32_t t)
+{
+    return t == GGML_TYPE_Q8_0   ? sizeof(struct blk_q8_0)
+           : t == GGML_TYPE_Q4_0 ? sizeof(struct blk_q4_0)
+                                 : sizeof(struct blk_q5_0);
+}
+
+static inline int32_t r_bias(uint32_t t)
+{
+    return t == GGML_TYPE_Q8_0 ? 128 : t == GGML_TYPE_Q4_0 ? 8 : 16;
+}
+
+/* The block at p (type t) as 32 unsigned bytes u = w + B, element order. */
+AF_TARGET_AVX512 static AF_INLINE __m256i r_u(uint32_t t, const uint8_t *p)
+{
+    if (t == GGML_TYPE_Q8_0)
+        return _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(p + 2)),
+                                _mm256_set1_epi8((char)0x80));
+    const uint8_t *qs = p + (t == GGML_TYPE_Q4_0 ? 2 : 6);
+    const __m128i v = _mm_loadu_si128((const __m128i *)qs);
+    const __m256i q =
+        _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(v, 4), v), _mm256_set1_epi8(0xF));
+    if (t == GGML_TYPE_Q4_0)
+        return q;
+    uint32_t qh;
+    memcpy(&qh, p + 2, sizeof qh);
+    return _mm256_mask_add_epi8(q, (__mmask32)qh, q, _mm256_set1_epi8(16));
+}
+
 /* Sum of the 32 signed bytes of a block (exact). */
 AF_TARGET_AVX512 static AF_INLINE int32_t block_sum(const int8_t *qs)
 {
@@ -74,49 +107,85 @@ AF_TARGET_AVX512 static AF_INLINE int32_t block_sum(const int8_t *qs)
 }
 
 /* vec_dot: the lanes' chain for one row and one token, in scalar instructions. */
-AF_TARGET_AVX512 float quant_avx512_dot_q8_0(int64_t n, const void *w, const void *x)
+AF_TARGET_AVX512 static AF_INLINE float r_dot(uint32_t t, int64_t n, const void *w, const void *x)
 {
-    const struct blk_q8_0 *wb = w, *xb = x;
+    const uint8_t *wb = w;
+    const struct blk_q8_0 *xb = x;
     const int64_t nb = n / QK;
+    const size_t bsz = r_bsz(t);
     __m128 acc = _mm_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
-        const __m256i wu = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)wb[b].qs),
-                                            _mm256_set1_epi8((char)0x80));
-        const __m256i p = _mm256_dpbusd_epi32(_mm256_setzero_si256(), wu,
+        const uint8_t *p = wb + (size_t)b * bsz;
+        const __m256i v = _mm256_dpbusd_epi32(_mm256_setzero_si256(), r_u(t, p),
                                               _mm256_loadu_si256((const __m256i *)xb[b].qs));
-        __m128i h = _mm_add_epi32(_mm256_castsi256_si128(p), _mm256_extracti128_si256(p, 1));
+        __m128i h = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
         h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0x4E));
         h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0xB1));
-        const int32_t isum = _mm_cvtsi128_si32(h) - 128 * block_sum(xb[b].qs);
-        const __m128 s = _mm_mul_ss(_mm_set_ss(_cvtsh_ss(wb[b].d)), _mm_set_ss(_cvtsh_ss(xb[b].d)));
+        const int32_t isum = _mm_cvtsi128_si32(h) - r_bias(t) * block_sum(xb[b].qs);
+        uint16_t d;
+        memcpy(&d, p, sizeof d);
+        const __m128 s = _mm_mul_ss(_mm_set_ss(_cvtsh_ss(d)), _mm_set_ss(_cvtsh_ss(xb[b].d)));
         acc = _mm_fmadd_ss(s, _mm_set_ss((float)isum), acc);
     }
     return _mm_cvtss_f32(acc);
 }
 
-/* Block b of the 16 rows rp[0..15]: T[i] lane r = dword i of row r's quants, biased by 0x80. */
-AF_TARGET_AVX512 static AF_INLINE void r_block(const uint8_t *const *rp, int64_t b, __m512i T[8])
+/* a[j] = [row j | row j + 8] of block b as unsigned bytes (Q8_0, Q5_0). */
+AF_TARGET_AVX512 static AF_INLINE void r_pairs(uint32_t t, const uint8_t *const *rp, int64_t b,
+                                               __m512i a[8])
 {
-    const size_t o = (size_t)b * sizeof(struct blk_q8_0);
-    const __m512i bias = _mm512_set1_epi8((char)0x80);
-    __m512i a[8], t[8], u[8];
+    const size_t o = (size_t)b * r_bsz(t);
 #pragma GCC unroll 8
-    for (int j = 0; j < 8; j++) {
-        const __m256i lo = _mm256_loadu_si256((const __m256i *)(rp[j] + o + 2));
-        const __m256i hi = _mm256_loadu_si256((const __m256i *)(rp[j + 8] + o + 2));
-        a[j] = _mm512_xor_si512(_mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1), bias);
+    for (int j = 0; j < 8; j++)
+        a[j] =
+            _mm512_inserti64x4(_mm512_castsi256_si512(r_u(t, rp[j] + o)), r_u(t, rp[j + 8] + o), 1);
+}
+
+/* Block b of the 16 rows rp[0..15]: T[i] lane r = dword i of row r's unsigned bytes. */
+AF_TARGET_AVX512 static AF_INLINE void r_block(uint32_t t, const uint8_t *const *rp, int64_t b,
+                                               __m512i T[8])
+{
+    if (t == GGML_TYPE_Q4_0) {
+        /* Transpose the packed nibbles (4 dwords a row), then split them: dword i's low
+         * nibbles are elements 4i..4i+3, its high ones 16+4i..16+4i+3 (the token's dword 4+i). */
+        const size_t o = (size_t)b * sizeof(struct blk_q4_0) + 2;
+        __m512i a[4];
+#pragma GCC unroll 4
+        for (int q = 0; q < 4; q++) /* 128-bit lane L of a[q]: row 4L + q */
+            a[q] = _mm512_inserti32x4(
+                _mm512_inserti32x4(
+                    _mm512_inserti32x4(
+                        _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(rp[q] + o))),
+                        _mm_loadu_si128((const __m128i *)(rp[4 + q] + o)), 1),
+                    _mm_loadu_si128((const __m128i *)(rp[8 + q] + o)), 2),
+                _mm_loadu_si128((const __m128i *)(rp[12 + q] + o)), 3);
+        const __m512i t0 = _mm512_unpacklo_epi32(a[0], a[1]),
+                      t1 = _mm512_unpackhi_epi32(a[0], a[1]);
+        const __m512i t2 = _mm512_unpacklo_epi32(a[2], a[3]),
+                      t3 = _mm512_unpackhi_epi32(a[2], a[3]);
+        const __m512i P[4] = {_mm512_unpacklo_epi64(t0, t2), _mm512_unpackhi_epi64(t0, t2),
+                              _mm512_unpacklo_epi64(t1, t3), _mm512_unpackhi_epi64(t1, t3)};
+        const __m512i m4 = _mm512_set1_epi8(0xF);
+#pragma GCC unroll 4
+        for (int i = 0; i < 4; i++) {
+            T[i] = _mm512_and_si512(P[i], m4);
+            T[4 + i] = _mm512_and_si512(_mm512_srli_epi16(P[i], 4), m4);
+        }
+        return;
     }
+    __m512i a[8], tt[8], u[8];
+    r_pairs(t, rp, b, a);
     /* a[j]'s 128-bit lanes: row j dwords 0-3, 4-7, row j + 8 dwords 0-3, 4-7. */
 #pragma GCC unroll 2
     for (int h = 0; h < 8; h += 4) {
-        t[h + 0] = _mm512_unpacklo_epi32(a[h + 0], a[h + 1]);
-        t[h + 1] = _mm512_unpackhi_epi32(a[h + 0], a[h + 1]);
-        t[h + 2] = _mm512_unpacklo_epi32(a[h + 2], a[h + 3]);
-        t[h + 3] = _mm512_unpackhi_epi32(a[h + 2], a[h + 3]);
-        u[h + 0] = _mm512_unpacklo_epi64(t[h + 0], t[h + 2]);
-        u[h + 1] = _mm512_unpackhi_epi64(t[h + 0], t[h + 2]);
-        u[h + 2] = _mm512_unpacklo_epi64(t[h + 1], t[h + 3]);
-        u[h + 3] = _mm512_unpackhi_epi64(t[h + 1], t[h + 3]);
+        tt[h + 0] = _mm512_unpacklo_epi32(a[h + 0], a[h + 1]);
+        tt[h + 1] = _mm512_unpackhi_epi32(a[h + 0], a[h + 1]);
+        tt[h + 2] = _mm512_unpacklo_epi32(a[h + 2], a[h + 3]);
+        tt[h + 3] = _mm512_unpackhi_epi32(a[h + 2], a[h + 3]);
+        u[h + 0] = _mm512_unpacklo_epi64(tt[h + 0], tt[h + 2]);
+        u[h + 1] = _mm512_unpackhi_epi64(tt[h + 0], tt[h + 2]);
+        u[h + 2] = _mm512_unpacklo_epi64(tt[h + 1], tt[h + 3]);
+        u[h + 3] = _mm512_unpackhi_epi64(tt[h + 1], tt[h + 3]);
     }
     /* u[d] (u[4 + d]): rows 0-3 (4-7) dword d, the same rows dword 4 + d, rows 8-11 (12-15)
      * dword d, the same rows dword 4 + d. */
@@ -132,17 +201,27 @@ AF_TARGET_AVX512 static AF_INLINE void r_block(const uint8_t *const *rp, int64_t
 /* The 16 rows' scales of blocks b .. b + 3, D[q] lane j = row j's scale of block b + q: two
  * loads and a word permute a row, then a 4 x 4 transpose in each 128-bit lane (a gather a block
  * cost more than the sums of a decode). */
-AF_TARGET_AVX512 static AF_INLINE void r_scales4(const uint8_t *const *rp, int64_t b, __m512 D[4])
+AF_TARGET_AVX512 static AF_INLINE void r_scales4(uint32_t t, const uint8_t *const *rp, int64_t b,
+                                                 __m512 D[4])
 {
+    /* The 4 scales' word offsets (blocks of 17, 9 or 11 words); no load reaches past block
+     * b + 3 (Q5_0's second load takes one word). */
+    const int w1 = (int)(r_bsz(t) / 2);
     const __m512i idx = _mm512_set_epi16(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-                                         0, 0, 0, 0, 0, 0, 0, 0, 51, 34, 17, 0);
-    const size_t o = (size_t)b * sizeof(struct blk_q8_0);
+                                         0, 0, 0, 0, 0, 0, 0, 0, 3 * w1, 2 * w1, w1, 0);
+    const size_t o = (size_t)b * r_bsz(t);
     __m128 f[16];
 #pragma GCC unroll 16
     for (int j = 0; j < 16; j++) {
         const uint8_t *p = rp[j] + o;
-        const __m512i d =
-            _mm512_permutex2var_epi16(_mm512_loadu_si512(p), idx, _mm512_loadu_si512(p + 64));
+        __m512i d;
+        if (t == GGML_TYPE_Q8_0)
+            d = _mm512_permutex2var_epi16(_mm512_loadu_si512(p), idx, _mm512_loadu_si512(p + 64));
+        else if (t == GGML_TYPE_Q4_0)
+            d = _mm512_permutexvar_epi16(idx, _mm512_loadu_si512(p));
+        else
+            d = _mm512_permutex2var_epi16(_mm512_loadu_si512(p), idx,
+                                          _mm512_maskz_loadu_epi16(0x2, p + 64));
         f[j] = _mm_cvtph_ps(_mm512_castsi512_si128(d));
     }
     __m512 z[4];
@@ -162,10 +241,10 @@ AF_TARGET_AVX512 static AF_INLINE void r_scales4(const uint8_t *const *rp, int64
 
 /* One block's scales of the 16 rows (the k chunk's last blocks, which 4-block loads would
  * overrun); gidx: the rows' byte offsets from rp[0]. */
-AF_TARGET_AVX512 static AF_INLINE __m512 r_scales1(const uint8_t *const *rp, __m512i gidx,
-                                                   int64_t b)
+AF_TARGET_AVX512 static AF_INLINE __m512 r_scales1(uint32_t t, const uint8_t *const *rp,
+                                                   __m512i gidx, int64_t b)
 {
-    const __m512i g = _mm512_i32gather_epi32(gidx, rp[0] + (size_t)b * sizeof(struct blk_q8_0), 1);
+    const __m512i g = _mm512_i32gather_epi32(gidx, rp[0] + (size_t)b * r_bsz(t), 1);
     return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(g));
 }
 
@@ -184,21 +263,15 @@ AF_TARGET_AVX512 static AF_INLINE __m512 r_token(const __m512i T[8], __m512 dw, 
  * register of two rows meets the token's block twice, and a tree of unpacks and adds sums each
  * row's 8 lanes (14 shuffles against the transpose's 24, which only pays with 2+ tokens). The
  * integer sums are exact, so the bits are those of the transposed path. */
-AF_TARGET_AVX512 static AF_INLINE __m512i r_sums1(const uint8_t *const *rp, int64_t b,
+AF_TARGET_AVX512 static AF_INLINE __m512i r_sums1(uint32_t t, const uint8_t *const *rp, int64_t b,
                                                   const int8_t *xq, int32_t corr)
 {
-    const size_t o = (size_t)b * sizeof(struct blk_q8_0);
-    const __m512i bias = _mm512_set1_epi8((char)0x80);
     const __m512i xx = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)xq));
-    __m512i p[8], u[4];
+    __m512i a[8], p[8], u[4];
+    r_pairs(t, rp, b, a);
 #pragma GCC unroll 8
-    for (int j = 0; j < 8; j++) {
-        const __m256i lo = _mm256_loadu_si256((const __m256i *)(rp[j] + o + 2));
-        const __m256i hi = _mm256_loadu_si256((const __m256i *)(rp[j + 8] + o + 2));
-        const __m512i a =
-            _mm512_xor_si512(_mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1), bias);
-        p[j] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), a, xx);
-    }
+    for (int j = 0; j < 8; j++)
+        p[j] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), a[j], xx);
 #pragma GCC unroll 4
     for (int k = 0; k < 4; k++)
         u[k] = _mm512_add_epi32(_mm512_unpacklo_epi32(p[2 * k], p[2 * k + 1]),
@@ -217,14 +290,14 @@ AF_TARGET_AVX512 static AF_INLINE __m512i r_sums1(const uint8_t *const *rp, int6
 }
 
 /* The token chunk's terms for blocks [b0, b0 + kc). */
-AF_TARGET_AVX512 static void r_prep_x(const uint8_t *X, size_t xbytes, int64_t tc, int64_t b0,
-                                      int64_t kc, struct r_x *s)
+AF_TARGET_AVX512 static void r_prep_x(uint32_t t, const uint8_t *X, size_t xbytes, int64_t tc,
+                                      int64_t b0, int64_t kc, struct r_x *s)
 {
     s->ld = kc;
     for (int64_t c = 0; c < tc; c++) {
         const struct blk_q8_0 *xb = (const struct blk_q8_0 *)(X + (size_t)c * xbytes) + b0;
         for (int64_t b = 0; b < kc; b++) {
-            s->corr[c * kc + b] = -128 * block_sum(xb[b].qs);
+            s->corr[c * kc + b] = -r_bias(t) * block_sum(xb[b].qs);
             s->d[c * kc + b] = _cvtsh_ss(xb[b].d);
         }
     }
@@ -242,9 +315,9 @@ AF_TARGET_AVX512 static AF_INLINE void r_prefetch(const uint8_t *next, size_t li
 
 /* nc (<= R_C) tokens against 16 rows over blocks [b0, b0 + kc), transposing as it goes; the
  * accumulators start at +0 (first) or at out's partial sums. xs: the tokens' terms. */
-AF_TARGET_AVX512 static AF_INLINE void r_fly(int nc, const uint8_t *const *rp, __m512i gidx,
-                                             const uint8_t *next, size_t lines, size_t per,
-                                             int64_t b0, int64_t kc, const uint8_t *X,
+AF_TARGET_AVX512 static AF_INLINE void r_fly(uint32_t t, int nc, const uint8_t *const *rp,
+                                             __m512i gidx, const uint8_t *next, size_t lines,
+                                             size_t per, int64_t b0, int64_t kc, const uint8_t *X,
                                              size_t xbytes, const struct r_x *xs, int64_t c0,
                                              int first, float *out, int64_t ldo, __mmask16 mk)
 {
@@ -256,23 +329,25 @@ AF_TARGET_AVX512 static AF_INLINE void r_fly(int nc, const uint8_t *const *rp, _
         __m512 D[4];
         const int nq = kc - b4 < 4 ? (int)(kc - b4) : 4;
         if (nq == 4)
-            r_scales4(rp, b0 + b4, D);
+            r_scales4(t, rp, b0 + b4, D);
         else
             for (int q = 0; q < nq; q++)
-                D[q] = r_scales1(rp, gidx, b0 + b4 + q);
+                D[q] = r_scales1(t, rp, gidx, b0 + b4 + q);
         for (int q = 0; q < nq; q++) {
             const int64_t b = b4 + q;
             r_prefetch(next, lines, per, b);
-            if (nc == 1) {
+            /* One token: Q8_0 and Q5_0 sum without the transpose; Q4_0's packed-nibble
+             * transpose is cheaper than unpacking 16 rows. */
+            if (nc == 1 && t != GGML_TYPE_Q4_0) {
                 const struct blk_q8_0 *xb = (const struct blk_q8_0 *)X + b0 + b;
                 const int64_t i = c0 * xs->ld + b;
-                const __m512i is = r_sums1(rp, b0 + b, xb->qs, xs->corr[i]);
+                const __m512i is = r_sums1(t, rp, b0 + b, xb->qs, xs->corr[i]);
                 acc[0] = _mm512_fmadd_ps(_mm512_mul_ps(D[q], _mm512_set1_ps(xs->d[i])),
                                          _mm512_cvtepi32_ps(is), acc[0]);
                 continue;
             }
             __m512i T[8];
-            r_block(rp, b0 + b, T);
+            r_block(t, rp, b0 + b, T);
 #pragma GCC unroll 8
             for (int c = 0; c < nc; c++) {
                 const struct blk_q8_0 *xb =
@@ -339,10 +414,11 @@ AF_TARGET_AVX512 static AF_INLINE void r_packed(int nc, const struct r_pack *P, 
     }
 
 /* Rows [r, r + nr) (nr <= 16) against the token chunk over blocks [b0, b0 + kc). */
-AF_TARGET_AVX512 static void r_group(const uint8_t *W, size_t wbytes, int64_t r, int nr, int64_t b0,
-                                     int64_t kc, const uint8_t *X, size_t xbytes, int64_t tc,
-                                     const struct r_x *xs, struct r_pack *P, int first, float *out,
-                                     int64_t ldo)
+AF_TARGET_AVX512 static AF_INLINE void r_group(uint32_t t, const uint8_t *W, size_t wbytes,
+                                               int64_t r, int nr, int64_t b0, int64_t kc,
+                                               const uint8_t *X, size_t xbytes, int64_t tc,
+                                               const struct r_x *xs, struct r_pack *P, int first,
+                                               float *out, int64_t ldo)
 {
     const uint8_t *rp[16];
     int32_t off[16];
@@ -364,7 +440,7 @@ AF_TARGET_AVX512 static void r_group(const uint8_t *W, size_t wbytes, int64_t r,
             const uint8_t *Xc = X + (size_t)c0 * xbytes;
             float *oc = o + c0 * ldo;
 #define R_FLY(n)                                                                                   \
-    r_fly(n, rp, gidx, next, lines, per, b0, kc, Xc, xbytes, xs, c0, first, oc, ldo, mk)
+    r_fly(t, n, rp, gidx, next, lines, per, b0, kc, Xc, xbytes, xs, c0, first, oc, ldo, mk)
             R_CASES(R_FLY)
 #undef R_FLY
         }
@@ -373,13 +449,13 @@ AF_TARGET_AVX512 static void r_group(const uint8_t *W, size_t wbytes, int64_t r,
     for (int64_t b4 = 0; b4 < kc; b4 += 4) {
         const int nq = kc - b4 < 4 ? (int)(kc - b4) : 4;
         if (nq == 4)
-            r_scales4(rp, b0 + b4, &P->d[b4]);
+            r_scales4(t, rp, b0 + b4, &P->d[b4]);
         else
             for (int q = 0; q < nq; q++)
-                P->d[b4 + q] = r_scales1(rp, gidx, b0 + b4 + q);
+                P->d[b4 + q] = r_scales1(t, rp, gidx, b0 + b4 + q);
         for (int q = 0; q < nq; q++) {
             r_prefetch(next, lines, per, b4 + q);
-            r_block(rp, b0 + b4 + q, P->w[b4 + q]);
+            r_block(t, rp, b0 + b4 + q, P->w[b4 + q]);
         }
     }
     for (int64_t c0 = 0; c0 < tc; c0 += R_C) {
@@ -392,13 +468,14 @@ AF_TARGET_AVX512 static void r_group(const uint8_t *W, size_t wbytes, int64_t r,
     }
 }
 
-AF_TARGET_AVX512 void quant_avx512_matmul_q8_0(const void *W, size_t wbytes, int64_t k,
-                                               const void *X, size_t xbytes, int64_t m, float *out,
-                                               int64_t ldo, int64_t r0, int64_t r1)
+AF_TARGET_AVX512 static AF_INLINE void r_matmul(uint32_t t, quant_vec_dot_fn dot, const void *W,
+                                                size_t wbytes, int64_t k, const void *X,
+                                                size_t xbytes, int64_t m, float *out, int64_t ldo,
+                                                int64_t r0, int64_t r1)
 {
     const int64_t nb = k / QK;
     if (nb == 0 || wbytes > (size_t)INT32_MAX / 16) { /* gather offsets are int32 */
-        quant_matmul_loop(quant_avx512_dot_q8_0, W, wbytes, k, X, xbytes, m, out, ldo, r0, r1);
+        quant_matmul_loop(dot, W, wbytes, k, X, xbytes, m, out, ldo, r0, r1);
         return;
     }
     struct r_x xs;
@@ -413,14 +490,30 @@ AF_TARGET_AVX512 void quant_avx512_matmul_q8_0(const void *W, size_t wbytes, int
         const uint8_t *Xc = Xb + (size_t)j0 * xbytes;
         for (int64_t b0 = 0; b0 < nb; b0 += kcmax) {
             const int64_t kc = nb - b0 < kcmax ? nb - b0 : kcmax;
-            r_prep_x(Xc, xbytes, tc, b0, kc, &xs);
+            r_prep_x(t, Xc, xbytes, tc, b0, kc, &xs);
             for (int64_t r = r0; r < r1; r += 16) {
                 const int nr = r1 - r < 16 ? (int)(r1 - r) : 16;
-                r_group(W, wbytes, r, nr, b0, kc, Xc, xbytes, tc, &xs, &pack, b0 == 0,
+                r_group(t, W, wbytes, r, nr, b0, kc, Xc, xbytes, tc, &xs, &pack, b0 == 0,
                         out + j0 * ldo, ldo);
             }
         }
     }
 }
+
+#define R_ENTRIES(name, T)                                                                         \
+    AF_TARGET_AVX512 float quant_avx512_dot_##name(int64_t n, const void *w, const void *x)        \
+    {                                                                                              \
+        return r_dot(T, n, w, x);                                                                  \
+    }                                                                                              \
+    AF_TARGET_AVX512 void quant_avx512_matmul_##name(                                              \
+        const void *W, size_t wbytes, int64_t k, const void *X, size_t xbytes, int64_t m,          \
+        float *out, int64_t ldo, int64_t r0, int64_t r1)                                           \
+    {                                                                                              \
+        r_matmul(T, quant_avx512_dot_##name, W, wbytes, k, X, xbytes, m, out, ldo, r0, r1);        \
+    }
+
+R_ENTRIES(q8_0, GGML_TYPE_Q8_0)
+R_ENTRIES(q4_0, GGML_TYPE_Q4_0)
+R_ENTRIES(q5_0, GGML_TYPE_Q5_0)
 
 #endif

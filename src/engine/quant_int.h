@@ -117,10 +117,16 @@ void quant_avx512_matmul_f16(const void *W, size_t wbytes, int64_t k, const void
 void quant_avx512_matmul_bf16(const void *W, size_t wbytes, int64_t k, const void *X, size_t xbytes,
                               int64_t m, float *out, int64_t ldo, int64_t r0, int64_t r1);
 
-/* The AVX-512 Q8_0 kernels with 16 rows in the lanes (quant_avx512_r16.c): one chain per output
- * for every batch size, the vec_dot included. */
+/* The AVX-512 Q8_0 / Q4_0 / Q5_0 kernels with 16 rows in the lanes (quant_avx512_r16.c): one
+ * chain per output for every batch size, the vec_dot included. */
 float quant_avx512_dot_q8_0(int64_t n, const void *w, const void *x);
+float quant_avx512_dot_q4_0(int64_t n, const void *w, const void *x);
+float quant_avx512_dot_q5_0(int64_t n, const void *w, const void *x);
 void quant_avx512_matmul_q8_0(const void *W, size_t wbytes, int64_t k, const void *X, size_t xbytes,
+                              int64_t m, float *out, int64_t ldo, int64_t r0, int64_t r1);
+void quant_avx512_matmul_q4_0(const void *W, size_t wbytes, int64_t k, const void *X, size_t xbytes,
+                              int64_t m, float *out, int64_t ldo, int64_t r0, int64_t r1);
+void quant_avx512_matmul_q5_0(const void *W, size_t wbytes, int64_t k, const void *X, size_t xbytes,
                               int64_t m, float *out, int64_t ldo, int64_t r0, int64_t r1);
 
 /* The AVX-512 K-quant prefill matmuls (quant_avx512_k.c): the AVX2 kernels' bits; m = 1 goes to
