@@ -8,8 +8,8 @@
  * holds dword i of each row), and a token's block costs 8 vpdpbusd, one conversion, one multiply
  * and one FMA for 16 outputs. The transpose is done once per block and serves every token of a call
  * of up to R_FLY_MAX tokens (bigger calls pack each 16-row group once per token chunk). One token
- * sums the rows' lanes with a tree of unpacks instead (Q8_0, Q5_0); Q4_0 transposes its packed
- * nibbles before it splits them.
+ * sums the rows' lanes with a tree of unpacks instead (Q8_0). Q4_0 and Q5_0 transpose their
+ * packed nibbles (and Q5_0 its high bits with them) before they split them.
  *
  * The arithmetic per output, whatever the batch size, token offset or row split: for each block b
  * in order, the exact integer sum isum_b of the 32 products, then acc = fma(dw_b * dx_b, isum_b,
@@ -130,7 +130,7 @@ AF_TARGET_AVX512 static AF_INLINE float r_dot(uint32_t t, int64_t n, const void 
     return _mm_cvtss_f32(acc);
 }
 
-/* a[j] = [row j | row j + 8] of block b as unsigned bytes (Q8_0, Q5_0). */
+/* a[j] = [row j | row j + 8] of block b as unsigned bytes (Q8_0). */
 AF_TARGET_AVX512 static AF_INLINE void r_pairs(uint32_t t, const uint8_t *const *rp, int64_t b,
                                                __m512i a[8])
 {
@@ -174,7 +174,17 @@ AF_TARGET_AVX512 static AF_INLINE void r_block(uint32_t t, const uint8_t *const 
         return;
     }
     __m512i a[8], tt[8], u[8];
-    r_pairs(t, rp, b, a);
+    if (t == GGML_TYPE_Q5_0) {
+        /* The 20 bytes of qh and qs (5 dwords a row, masked loads: nothing past the block) */
+        const size_t o = (size_t)b * sizeof(struct blk_q5_0) + 2;
+#pragma GCC unroll 8
+        for (int j = 0; j < 8; j++)
+            a[j] = _mm512_inserti64x4(
+                _mm512_castsi256_si512(_mm256_maskz_loadu_epi8(0xFFFFF, rp[j] + o)),
+                _mm256_maskz_loadu_epi8(0xFFFFF, rp[j + 8] + o), 1);
+    } else {
+        r_pairs(t, rp, b, a);
+    }
     /* a[j]'s 128-bit lanes: row j dwords 0-3, 4-7, row j + 8 dwords 0-3, 4-7. */
 #pragma GCC unroll 2
     for (int h = 0; h < 8; h += 4) {
@@ -191,6 +201,34 @@ AF_TARGET_AVX512 static AF_INLINE void r_block(uint32_t t, const uint8_t *const 
      * dword d, the same rows dword 4 + d. */
     const __m512i lo_idx = _mm512_set_epi64(13, 12, 5, 4, 9, 8, 1, 0);
     const __m512i hi_idx = _mm512_set_epi64(15, 14, 7, 6, 11, 10, 3, 2);
+    if (t == GGML_TYPE_Q5_0) {
+        /* Dword 0 is qh, dwords 1-4 the packed nibbles; split them as Q4_0's, then add 16
+         * where the element's qh bit is set: element 4i + k (16 + 4i + k) takes bit k of
+         * nibble i % 2 of qh's byte i / 2 (2 + i / 2), copied to the dword's bytes. */
+        const __m512i qh = _mm512_permutex2var_epi64(u[0], lo_idx, u[4]);
+        const __m512i m4 = _mm512_set1_epi8(0xF), sixteen = _mm512_set1_epi8(16);
+        const __m512i nib[2] = {_mm512_set1_epi32(0x08040201), _mm512_set1_epi32((int)0x80402010)};
+        __m512i by[4];
+#pragma GCC unroll 4
+        for (int j = 0; j < 4; j++)
+            by[j] = _mm512_shuffle_epi8(
+                qh, _mm512_add_epi8(_mm512_set1_epi8((char)j),
+                                    _mm512_set4_epi32(0x0C0C0C0C, 0x08080808, 0x04040404, 0)));
+#pragma GCC unroll 4
+        for (int i = 0; i < 4; i++) {
+            const __m512i p = i == 0   ? _mm512_permutex2var_epi64(u[1], lo_idx, u[5])
+                              : i == 1 ? _mm512_permutex2var_epi64(u[2], lo_idx, u[6])
+                              : i == 2 ? _mm512_permutex2var_epi64(u[3], lo_idx, u[7])
+                                       : _mm512_permutex2var_epi64(u[0], hi_idx, u[4]);
+            const __m512i lo = _mm512_and_si512(p, m4);
+            const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(p, 4), m4);
+            T[i] =
+                _mm512_mask_add_epi8(lo, _mm512_test_epi8_mask(by[i / 2], nib[i % 2]), lo, sixteen);
+            T[4 + i] = _mm512_mask_add_epi8(hi, _mm512_test_epi8_mask(by[2 + i / 2], nib[i % 2]),
+                                            hi, sixteen);
+        }
+        return;
+    }
 #pragma GCC unroll 4
     for (int d = 0; d < 4; d++) {
         T[d] = _mm512_permutex2var_epi64(u[d], lo_idx, u[4 + d]);
@@ -336,9 +374,9 @@ AF_TARGET_AVX512 static AF_INLINE void r_fly(uint32_t t, int nc, const uint8_t *
         for (int q = 0; q < nq; q++) {
             const int64_t b = b4 + q;
             r_prefetch(next, lines, per, b);
-            /* One token: Q8_0 and Q5_0 sum without the transpose; Q4_0's packed-nibble
-             * transpose is cheaper than unpacking 16 rows. */
-            if (nc == 1 && t != GGML_TYPE_Q4_0) {
+            /* One token: Q8_0 sums without the transpose (bench/quant in cache: Q5_0 64-66
+             * GFLOP/s transposed, 53-57 this way, as it unpacks each row). */
+            if (nc == 1 && t == GGML_TYPE_Q8_0) {
                 const struct blk_q8_0 *xb = (const struct blk_q8_0 *)X + b0 + b;
                 const int64_t i = c0 * xs->ld + b;
                 const __m512i is = r_sums1(t, rp, b0 + b, xb->qs, xs->corr[i]);
