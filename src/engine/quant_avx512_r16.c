@@ -41,11 +41,11 @@
 #define R_TC 64      /* tokens per token chunk */
 #define R_C 8        /* tokens in registers */
 #define R_FLY_MAX 16 /* batches up to this transpose on the fly; larger ones pack */
-#define R_XN                                                                                       \
-    (R_TC * R_KC) /* token-block terms per chunk; R_C tokens take k chunks of R_XN / R_C           \
-                   */
+/* Token-block terms per chunk: R_TC tokens x R_KC blocks, or R_FLY_MAX tokens x R_XN / R_FLY_MAX
+ * blocks (k up to 16,384) when the batch is transposed on the fly. */
+#define R_XN (R_TC * R_KC)
 
-/* The token chunk's per-block terms: -128 * (sum of the block's bytes) and the scale; token c's
+/* The token chunk's per-block terms: -B * (sum of the block's bytes) and the scale; token c's
  * block b at [c * ld + b]. */
 struct r_x {
     int32_t corr[R_XN];
@@ -53,7 +53,7 @@ struct r_x {
     int64_t ld;
 };
 
-/* 16 rows' blocks of one k chunk, transposed and biased, with their scales. */
+/* 16 rows' blocks of one k chunk, transposed and unsigned, with their scales. */
 struct r_pack {
     __m512i w[R_KC][8];
     __m512 d[R_KC];
