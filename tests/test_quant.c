@@ -525,8 +525,7 @@ static void test_prefill_tiles_32(void **state)
 
 /* The AVX-512 quantized kernels are batch invariant: every matmul output (register tiles,
  * leftover rows and tokens, m = 1 and small m through the dot) has the bits of vec_dot on that
- * row and token, whatever the row range of the call, and is close to the reference. For the
- * K-quants vec_dot is the AVX2 kernel, so their AVX-512 matmul must give AVX2's bits. k = 131
+ * row and token, whatever the row range of the call, and is close to the reference. k = 131
  * blocks crosses k-chunk edges and ends on an odd block; m = 67 crosses a token-chunk edge;
  * 7 rows leave 3 single rows, and rows 0..3 / 3..7 in two calls start a tile off row 0. */
 static void test_avx512_batch_invariant(void **state)

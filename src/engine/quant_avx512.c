@@ -186,6 +186,9 @@ const struct quant_kernels quant_kernels_avx512 = {
             [GGML_TYPE_Q4_0] = quant_avx512_dot_q4_0,
             [GGML_TYPE_Q5_0] = quant_avx512_dot_q5_0,
             [GGML_TYPE_Q8_0] = quant_avx512_dot_q8_0,
+            [GGML_TYPE_Q4_K] = quant_avx512_dot_q4_k,
+            [GGML_TYPE_Q5_K] = quant_avx512_dot_q5_k,
+            [GGML_TYPE_Q6_K] = quant_avx512_dot_q6_k,
         },
     .matmul =
         {
@@ -199,7 +202,12 @@ const struct quant_kernels quant_kernels_avx512 = {
             [GGML_TYPE_Q6_K] = quant_avx512_matmul_q6_k,
             [GGML_TYPE_Q8_0] = quant_avx512_matmul_q8_0,
         },
-    .m1_invariant = {[GGML_TYPE_Q4_0] = 1, [GGML_TYPE_Q5_0] = 1, [GGML_TYPE_Q8_0] = 1},
+    .m1_invariant = {[GGML_TYPE_Q4_0] = 1,
+                     [GGML_TYPE_Q5_0] = 1,
+                     [GGML_TYPE_Q8_0] = 1,
+                     [GGML_TYPE_Q4_K] = 1,
+                     [GGML_TYPE_Q5_K] = 1,
+                     [GGML_TYPE_Q6_K] = 1},
 };
 
 #else

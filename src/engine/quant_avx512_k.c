@@ -1,26 +1,32 @@
 /*
- * quant_avx512_k.c - AVX-512 BW/VL + VNNI prefill matmuls for Q4_K, Q5_K and Q6_K against Q8_K,
- * with the bits of the AVX2 kernels (quant_avx2.c: dot_k4, dot_q6_k), which keep m = 1.
+ * quant_avx512_k.c - Q4_K, Q5_K and Q6_K weights against Q8_K activations on AVX-512 VNNI, 16
+ * weight rows in the 16 lanes of a register (as quant_avx512_r16.c does for the 32-element
+ * types): the vec_dot and the matmul for every batch size.
  *
- * Why the same bits: vec_dot stays on AVX2 (one row streamed per token), and an engine's
- * output must not depend on how many tokens share a matmul (batch invariance). So per (row,
- * token) this file does AVX2's arithmetic exactly: per 256-element block, 8 int32 lanes of the
- * scaled integer dot (lane l: elements 4l..4l+3 of each 32-element chunk, times the chunk's
- * sub-block scale), converted, then acc = fma(yd * d, lanes, acc); for Q4_K / Q5_K also 4
- * int32 lanes of the min term, accm = fma(yd * -dmin, lanes, accm); hsum8(acc) + hsum4(accm)
- * at the end. Integer sums are exact, so they may be formed in any order.
+ * Why rows in the lanes: the pair layout (one row's chunk broadcast against two tokens, the
+ * AVX2 kernels' lanes) spent a scale multiply, a conversion and an FMA per 64 multiply-adds and
+ * per token, and gave a small batch (a decode of 8 sequences) no reuse of the unpacked weights.
+ * Here a 256-element block of 16 rows is unpacked and transposed once (w[8g + i] lane r =
+ * dword i of row r's 32-element group g, as unsigned levels) and serves every token of the
+ * call: a token's group costs 8 vpdpbusd, one vpmulld by the sub-block scales and an add for 16
+ * outputs, and its block one conversion, one multiply and one FMA (two of each with the mins).
  *
- * Pair layout: one zmm holds the same 32-element chunk of two tokens, [A | B]; the weights'
- * chunk (unsigned levels) is broadcast to both halves, so vpmaddubsw and vpdpwssd (times the
- * chunk's scales as int16) leave token A's 8 lanes in the low half and B's in the high half:
- * AVX2's lanes, without a reduction. The min term packs 4 tokens x 4 lanes in one zmm.
+ * The arithmetic per output, whatever the batch size, token offset or row split: for each block
+ * b in order, the exact integer sums
+ *   S_b = sum_s sc_s * (sum of the sub-block's level x activation products)  (Q6_K: levels less
+ *         32, via -32 x the activation's bsum),
+ *   M_b = sum_s min_s * (the sub-block's activation sum)                       (Q4_K / Q5_K),
+ * then acc = fma(d_b * yd_b, S_b, acc) and, for Q4_K / Q5_K, acc = fma(-(dmin_b * yd_b), M_b,
+ * acc), from acc = +0, each scale product rounded once. The vec_dot does the same chain with
+ * scalar float instructions, so one token and a batch of any size give the same bits (batch
+ * invariance, tests/test_quant). Unlike the AVX2 kernels' 8-lane float sums, this is ggml's
+ * reference order over blocks.
  *
- * Structure as the Q8_0 tile (quant_avx512.c): token chunks with per-token side tables (the
- * Q8_K scales, the bsums' pair sums); K_R rows packed per k-chunk of K_KC blocks (levels,
- * scale vectors, mins, float scales: about 0.6 KiB a block, so a k-chunk stays in L1); register
- * tiles of K_R rows x 4 tokens; accumulators parked in memory between k-chunks (an exact store
- * and reload).
+ * |S_b| < 2^31: Q6_K 16 sub-blocks x 128 x 16 x 64 x 128 / 2 at most; Q5_K 8 x 63 x 32 x 31 x 128.
+ *
+ * Every function carries AF_TARGET_AVX512; the table in quant_avx512.c selects them.
  */
+#include <stddef.h>
 #include <string.h>
 
 #include "engine/quant.h"
@@ -31,67 +37,43 @@
 
 #define AF_TARGET_AVX512                                                                           \
     __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")))
-/* Forces inlining so each caller gets a copy specialised on its constant arguments. */
 #define AF_INLINE inline __attribute__((always_inline))
 
-#define K_R 4        /* weight rows per tile */
-#define K_KC 8       /* blocks per k-chunk: K_R packed rows are 18 KiB */
-#define K_TC 64      /* tokens per chunk (a multiple of 4) */
-#define K_SIDE 4096  /* token-blocks of side tables per chunk */
-#define K_NBMAX 1024 /* longer rows (k > 262144) go to the AVX2 kernel */
+#define K_C 8     /* tokens in registers */
+#define K_TC 64   /* tokens per chunk: one unpacked block serves them all */
+#define K_XN 1024 /* token-block side terms per chunk (tokens x blocks) */
 
 enum { KIND_Q4K, KIND_Q5K, KIND_Q6K };
 
-/* One block of one weight row, unpacked. Chunk q covers elements 32q .. 32q + 31. */
-struct k_row {
-    uint8_t w[8][32]; /* levels: Q4_K 0..15, Q5_K 0..31, Q6_K 0..63 */
-    int16_t s[8][16]; /* chunk q's scales per int16 pair lane: Q4_K / Q5_K sc_q x 16;
-                         Q6_K sc_2q x 8 then sc_2q+1 x 8 (one scale per 16 elements) */
-    int16_t ns[16];   /* Q6_K: -32 sc_i, the offset of levels stored + 32 */
-    int16_t mins[8];  /* Q4_K / Q5_K */
-    float dw, ndmw;   /* d and -dmin as floats */
-} __attribute__((aligned(64)));
-
-struct k_scratch {
-    struct k_row w[K_KC][K_R];
-    float yd[K_SIDE];       /* [b][c]: the tokens' Q8_K scales */
-    int16_t q8s[K_SIDE][8]; /* [b][c]: pair sums of the bsums (Q4_K / Q5_K min term) */
-    __m512 acc[K_TC / 4][K_R][2];
-    __m512 accm[K_TC / 4][K_R];
+/* One block of 16 rows, unpacked and transposed. */
+struct k_blk {
+    __m512i w[64];  /* w[8g + i] lane r: dword i of group g (elements 32g..32g+31) of row r */
+    __m512i sc[16]; /* lane r: row r's scale of sub-block s (8 for Q4_K / Q5_K, 16 for Q6_K) */
+    __m512i mn[4];  /* lane r: row r's mins of sub-blocks 2i and 2i + 1, an int16 pair */
+    __m512 d, dmin;
 };
 
-/* AVX2's horizontal sums (quant_avx2.c), the same tree. */
-AF_TARGET_AVX512 static AF_INLINE float hsum4(__m128 r)
+/* The token chunk's per-block terms; token c's block b at [c * ld + b]. */
+struct k_x {
+    float d[K_XN];
+    /* Q4_K / Q5_K: [0..3] the sub-block sums of the activations as int16 pairs (2i, 2i + 1);
+     * Q6_K: [0..15] -32 x the bsums */
+    int32_t t[K_XN][16];
+    int64_t ld;
+};
+
+static inline size_t k_bsz(int kind)
 {
-    r = _mm_add_ps(r, _mm_movehl_ps(r, r));
-    r = _mm_add_ss(r, _mm_movehdup_ps(r));
-    return _mm_cvtss_f32(r);
+    return kind == KIND_Q4K   ? sizeof(struct blk_q4_k)
+           : kind == KIND_Q5K ? sizeof(struct blk_q5_k)
+                              : sizeof(struct blk_q6_k);
 }
 
-AF_TARGET_AVX512 static AF_INLINE float hsum8(__m256 v)
+AF_TARGET_AVX512 static AF_INLINE int32_t load_i32(const void *p)
 {
-    return hsum4(_mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1)));
-}
-
-AF_TARGET_AVX512 static AF_INLINE __m256 half(__m512 v, int h)
-{
-    return h ? _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1))
-             : _mm512_castps512_ps256(v);
-}
-
-/* 128-bit lane c (0..3) of v. */
-AF_TARGET_AVX512 static AF_INLINE __m128 quarter(__m512 v, int c)
-{
-    switch (c) {
-    case 0:
-        return _mm512_extractf32x4_ps(v, 0);
-    case 1:
-        return _mm512_extractf32x4_ps(v, 1);
-    case 2:
-        return _mm512_extractf32x4_ps(v, 2);
-    default:
-        return _mm512_extractf32x4_ps(v, 3);
-    }
+    int32_t v;
+    memcpy(&v, p, sizeof v);
+    return v;
 }
 
 AF_TARGET_AVX512 static AF_INLINE __m256i load32(const void *p)
@@ -99,287 +81,441 @@ AF_TARGET_AVX512 static AF_INLINE __m256i load32(const void *p)
     return _mm256_loadu_si256((const __m256i *)p);
 }
 
-/* The same 32 bytes in both halves. */
-AF_TARGET_AVX512 static AF_INLINE __m512i bcast32(const void *p)
+/* 32 bytes at offset o of the 16 rows rp[0..15]: T[i] lane r = dword i of row r's bytes. */
+AF_TARGET_AVX512 static AF_INLINE void k_t32(const uint8_t *const *rp, size_t o, __m512i T[8])
 {
-    return _mm512_broadcast_i64x4(load32(p));
-}
-
-/* Block b of a Q4_K / Q5_K row into o. */
-AF_TARGET_AVX512 static AF_INLINE void pack_k4(int five, const uint8_t *row, int64_t b,
-                                               struct k_row *o)
-{
-    const uint8_t *scales, *qs, *qh = NULL;
-    uint16_t d16, dmin16;
-    if (five) {
-        const struct blk_q5_k *a = (const struct blk_q5_k *)row + b;
-        scales = a->scales, qs = a->qs, qh = a->qh, d16 = a->d, dmin16 = a->dmin;
-    } else {
-        const struct blk_q4_k *a = (const struct blk_q4_k *)row + b;
-        scales = a->scales, qs = a->qs, d16 = a->d, dmin16 = a->dmin;
-    }
-    for (int j = 0; j < 8; j++) {
-        uint8_t sc, mn;
-        quant_scale_min_k4(j, scales, &sc, &mn);
-        _mm256_store_si256((__m256i *)o->s[j], _mm256_set1_epi16((short)sc));
-        o->mins[j] = mn;
-    }
-    const __m256i m4 = _mm256_set1_epi8(0xF), one = _mm256_set1_epi8(1);
-    const __m256i h = qh ? load32(qh) : _mm256_setzero_si256();
-    for (int j = 0; j < 4; j++) {
-        const __m256i q = load32(qs + 32 * j);
-        __m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
-        if (five) {
-            /* bit q of qh byte e is the fifth bit of element e of chunk q */
-            const __m256i bl = _mm256_and_si256(_mm256_srli_epi16(h, 2 * j), one);
-            const __m256i bh = _mm256_and_si256(_mm256_srli_epi16(h, 2 * j + 1), one);
-            lo = _mm256_or_si256(lo, _mm256_slli_epi16(bl, 4));
-            hi = _mm256_or_si256(hi, _mm256_slli_epi16(bh, 4));
-        }
-        _mm256_store_si256((__m256i *)o->w[2 * j], lo);
-        _mm256_store_si256((__m256i *)o->w[2 * j + 1], hi);
-    }
-    o->dw = _cvtsh_ss(d16);
-    o->ndmw = -_cvtsh_ss(dmin16);
-}
-
-/* Block b of a Q6_K row into o: chunk 4h + g is AVX2's q6k_unpack(half h)[g]. */
-AF_TARGET_AVX512 static AF_INLINE void pack_q6k(const uint8_t *row, int64_t b, struct k_row *o)
-{
-    const struct blk_q6_k *a = (const struct blk_q6_k *)row + b;
-    const __m256i m4 = _mm256_set1_epi8(0xF), m3 = _mm256_set1_epi8(3);
-    for (int h = 0; h < 2; h++) {
-        const __m256i l0 = load32(a->ql + 64 * h), l1 = load32(a->ql + 64 * h + 32);
-        const __m256i qh = load32(a->qh + 32 * h);
-        const __m256i lo[4] = {_mm256_and_si256(l0, m4), _mm256_and_si256(l1, m4),
-                               _mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
-                               _mm256_and_si256(_mm256_srli_epi16(l1, 4), m4)};
-        for (int g = 0; g < 4; g++) {
-            const __m256i hb = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * g), m3);
-            _mm256_store_si256((__m256i *)o->w[4 * h + g],
-                               _mm256_or_si256(lo[g], _mm256_slli_epi16(hb, 4)));
-        }
-    }
-    for (int q = 0; q < 8; q++)
-        for (int i = 0; i < 16; i++)
-            o->s[q][i] = a->scales[2 * q + i / 8];
-    for (int i = 0; i < 16; i++)
-        o->ns[i] = (int16_t)(-32 * a->scales[i]);
-    o->dw = _cvtsh_ss(a->d);
-    o->ndmw = 0.0f;
-}
-
-/* nr rows of w (wbytes apart), blocks [kb0, kb0 + kc), into s->w. */
-AF_TARGET_AVX512 static AF_INLINE void k_pack(int kind, int nr, const uint8_t *w, size_t wbytes,
-                                              int64_t kb0, int64_t kc, struct k_scratch *s)
-{
-    for (int r = 0; r < nr; r++)
-        for (int64_t b = 0; b < kc; b++) {
-            if (kind == KIND_Q6K)
-                pack_q6k(w + (size_t)r * wbytes, kb0 + b, &s->w[b][r]);
-            else
-                pack_k4(kind == KIND_Q5K, w + (size_t)r * wbytes, kb0 + b, &s->w[b][r]);
-        }
-}
-
-/* The Q8_K block b of token row x. */
-static inline const struct blk_q8_k *yblk(const uint8_t *x, int64_t b)
-{
-    return (const struct blk_q8_k *)x + b;
-}
-
-/* One register tile: nr packed rows x the tokens x[0..3] (np pairs: 1 uses x[0], x[1]) over
- * the k-chunk's kc blocks (kb0: its first block; side: the side tables' column of x[0]; tcp:
- * their row stride). g: the park slot; first / last: the k-chunk's position; nc: tokens to
- * write, out[c * ldo + r]. */
-AF_TARGET_AVX512 static AF_INLINE void k_tile(int kind, int nr, int np, struct k_scratch *s,
-                                              int64_t kb0, int64_t kc, const uint8_t *const *x,
-                                              int64_t side, int64_t tcp, int g, int first, int last,
-                                              int nc, float *out, int64_t ldo)
-{
-    const int k4 = kind != KIND_Q6K;
-    __m512 acc[K_R][2], accm[K_R];
-#pragma GCC unroll 4
-    for (int r = 0; r < nr; r++) {
-#pragma GCC unroll 2
-        for (int p = 0; p < np; p++)
-            acc[r][p] = first ? _mm512_setzero_ps() : s->acc[g][r][p];
-        accm[r] = first || !k4 ? _mm512_setzero_ps() : s->accm[g][r];
-    }
-    const __m512i ip0 = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
-    const __m512i ip1 = _mm512_set_epi32(3, 3, 3, 3, 3, 3, 3, 3, 2, 2, 2, 2, 2, 2, 2, 2);
-    const __m512i iq = _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
-    for (int64_t b = 0; b < kc; b++) {
-        const int64_t bb = kb0 + b;
-        const struct k_row *wr = s->w[b];
-        __m512i ia[K_R][2];
-        if (k4) {
-#pragma GCC unroll 4
-            for (int r = 0; r < nr; r++)
-#pragma GCC unroll 2
-                for (int p = 0; p < np; p++)
-                    ia[r][p] = _mm512_setzero_si512();
-        } else {
-#pragma GCC unroll 2
-            for (int p = 0; p < np; p++) {
-                const __m512i bs =
-                    _mm512_inserti64x4(_mm512_castsi256_si512(load32(yblk(x[2 * p], bb)->bsums)),
-                                       load32(yblk(x[2 * p + 1], bb)->bsums), 1);
-#pragma GCC unroll 4
-                for (int r = 0; r < nr; r++)
-                    ia[r][p] = _mm512_madd_epi16(bs, bcast32(wr[r].ns));
-            }
-        }
+    __m512i a[8], tt[8], u[8];
 #pragma GCC unroll 8
-        for (int q = 0; q < 8; q++) {
-            __m512i y[2];
+    for (int j = 0; j < 8; j++) /* 128-bit lanes: row j dwords 0-3, 4-7, row j + 8 the same */
+        a[j] =
+            _mm512_inserti64x4(_mm512_castsi256_si512(load32(rp[j] + o)), load32(rp[j + 8] + o), 1);
 #pragma GCC unroll 2
-            for (int p = 0; p < np; p++)
-                y[p] = _mm512_inserti64x4(
-                    _mm512_castsi256_si512(load32(yblk(x[2 * p], bb)->qs + 32 * q)),
-                    load32(yblk(x[2 * p + 1], bb)->qs + 32 * q), 1);
-#pragma GCC unroll 4
-            for (int r = 0; r < nr; r++) {
-                const __m512i wq = bcast32(wr[r].w[q]), sq = bcast32(wr[r].s[q]);
-#pragma GCC unroll 2
-                for (int p = 0; p < np; p++)
-                    ia[r][p] = _mm512_dpwssd_epi32(ia[r][p], _mm512_maddubs_epi16(wq, y[p]), sq);
-            }
-        }
-        const __m512 yd = _mm512_castps128_ps512(_mm_loadu_ps(&s->yd[bb * tcp + side]));
-        const __m512 ydp[2] = {_mm512_permutexvar_ps(ip0, yd), _mm512_permutexvar_ps(ip1, yd)};
-#pragma GCC unroll 4
-        for (int r = 0; r < nr; r++) {
-            const __m512 dw = _mm512_set1_ps(wr[r].dw);
-#pragma GCC unroll 2
-            for (int p = 0; p < np; p++)
-                acc[r][p] = _mm512_fmadd_ps(_mm512_mul_ps(ydp[p], dw), _mm512_cvtepi32_ps(ia[r][p]),
-                                            acc[r][p]);
-        }
-        if (k4) {
-            const __m512i q8 = _mm512_loadu_si512(s->q8s[bb * tcp + side]);
-            const __m512 ydq = _mm512_permutexvar_ps(iq, yd);
-#pragma GCC unroll 4
-            for (int r = 0; r < nr; r++) {
-                const __m512i mp = _mm512_madd_epi16(
-                    q8, _mm512_broadcast_i32x4(_mm_load_si128((const __m128i *)wr[r].mins)));
-                accm[r] = _mm512_fmadd_ps(_mm512_mul_ps(ydq, _mm512_set1_ps(wr[r].ndmw)),
-                                          _mm512_cvtepi32_ps(mp), accm[r]);
-            }
-        }
+    for (int h = 0; h < 8; h += 4) {
+        tt[h + 0] = _mm512_unpacklo_epi32(a[h + 0], a[h + 1]);
+        tt[h + 1] = _mm512_unpackhi_epi32(a[h + 0], a[h + 1]);
+        tt[h + 2] = _mm512_unpacklo_epi32(a[h + 2], a[h + 3]);
+        tt[h + 3] = _mm512_unpackhi_epi32(a[h + 2], a[h + 3]);
+        u[h + 0] = _mm512_unpacklo_epi64(tt[h + 0], tt[h + 2]);
+        u[h + 1] = _mm512_unpackhi_epi64(tt[h + 0], tt[h + 2]);
+        u[h + 2] = _mm512_unpacklo_epi64(tt[h + 1], tt[h + 3]);
+        u[h + 3] = _mm512_unpackhi_epi64(tt[h + 1], tt[h + 3]);
     }
+    /* u[d] (u[4 + d]): rows 0-3 (4-7) dword d, the same rows dword 4 + d, rows 8-11 (12-15)
+     * dword d, the same rows dword 4 + d. */
+    const __m512i lo_idx = _mm512_set_epi64(13, 12, 5, 4, 9, 8, 1, 0);
+    const __m512i hi_idx = _mm512_set_epi64(15, 14, 7, 6, 11, 10, 3, 2);
 #pragma GCC unroll 4
-    for (int r = 0; r < nr; r++) {
-        if (!last) {
-#pragma GCC unroll 2
-            for (int p = 0; p < np; p++)
-                s->acc[g][r][p] = acc[r][p];
-            s->accm[g][r] = accm[r];
-            continue;
-        }
-        for (int c = 0; c < nc; c++) {
-            float v = hsum8(half(acc[r][c / 2], c % 2));
-            if (k4)
-                v += hsum4(quarter(accm[r], c));
-            out[c * ldo + r] = v;
-        }
+    for (int d = 0; d < 4; d++) {
+        T[d] = _mm512_permutex2var_epi64(u[d], lo_idx, u[4 + d]);
+        T[4 + d] = _mm512_permutex2var_epi64(u[d], hi_idx, u[4 + d]);
     }
 }
 
-/* Every token of the chunk (tc of them, rows tc apart in x) against nr packed rows. */
-AF_TARGET_AVX512 static AF_INLINE void k_groups(int kind, int nr, struct k_scratch *s, int64_t kb0,
-                                                int64_t kc, const uint8_t *x, size_t xbytes,
-                                                int64_t tc, int64_t tcp, int first, int last,
-                                                float *out, int64_t ldo)
+/* 16 bytes at offset o of the 16 rows: P[i] lane r = dword i of row r's bytes. */
+AF_TARGET_AVX512 static AF_INLINE void k_t16(const uint8_t *const *rp, size_t o, __m512i P[4])
 {
-    for (int64_t c = 0; c < tc; c += 4) {
-        const int nc = tc - c < 4 ? (int)(tc - c) : 4;
-        const uint8_t *xs[4];
-        for (int i = 0; i < 4; i++) /* missing tokens repeat the last one; never written */
-            xs[i] = x + (size_t)(c + (i < nc ? i : nc - 1)) * xbytes;
-        float *o = out + c * ldo;
-        if (nc > 2)
-            k_tile(kind, nr, 2, s, kb0, kc, xs, c, tcp, (int)(c / 4), first, last, nc, o, ldo);
-        else
-            k_tile(kind, nr, 1, s, kb0, kc, xs, c, tcp, (int)(c / 4), first, last, nc, o, ldo);
-    }
+    __m512i a[4];
+#pragma GCC unroll 4
+    for (int q = 0; q < 4; q++) /* 128-bit lane L of a[q]: row 4L + q */
+        a[q] = _mm512_inserti32x4(
+            _mm512_inserti32x4(
+                _mm512_inserti32x4(
+                    _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(rp[q] + o))),
+                    _mm_loadu_si128((const __m128i *)(rp[4 + q] + o)), 1),
+                _mm_loadu_si128((const __m128i *)(rp[8 + q] + o)), 2),
+            _mm_loadu_si128((const __m128i *)(rp[12 + q] + o)), 3);
+    const __m512i t0 = _mm512_unpacklo_epi32(a[0], a[1]), t1 = _mm512_unpackhi_epi32(a[0], a[1]);
+    const __m512i t2 = _mm512_unpacklo_epi32(a[2], a[3]), t3 = _mm512_unpackhi_epi32(a[2], a[3]);
+    P[0] = _mm512_unpacklo_epi64(t0, t2);
+    P[1] = _mm512_unpackhi_epi64(t0, t2);
+    P[2] = _mm512_unpacklo_epi64(t1, t3);
+    P[3] = _mm512_unpackhi_epi64(t1, t3);
 }
 
-/* The side tables of the chunk's tc tokens (padded to tcp with copies of the last). */
-AF_TARGET_AVX512 static AF_INLINE void k_side(int kind, const uint8_t *x, size_t xbytes, int64_t tc,
-                                              int64_t tcp, int64_t nb, struct k_scratch *s)
+AF_TARGET_AVX512 static AF_INLINE __m512i bits(__m512i v, int shift, int mask)
 {
-    for (int64_t c = 0; c < tcp; c++) {
-        const uint8_t *xr = x + (size_t)(c < tc ? c : tc - 1) * xbytes;
-        for (int64_t b = 0; b < nb; b++) {
-            const struct blk_q8_k *y = yblk(xr, b);
-            s->yd[b * tcp + c] = y->d;
-            if (kind != KIND_Q6K) {
-                const __m256i bs = load32(y->bsums);
-                _mm_storeu_si128(
-                    (__m128i *)s->q8s[b * tcp + c],
-                    _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1)));
+    return _mm512_and_si512(_mm512_srli_epi32(v, shift), _mm512_set1_epi32(mask));
+}
+
+/* Block b of the 16 rows rp[0..15] into B. */
+AF_TARGET_AVX512 static AF_INLINE void k_unpack(int kind, const uint8_t *const *rp, int64_t b,
+                                                struct k_blk *B)
+{
+    const size_t o = (size_t)b * k_bsz(kind);
+    const __m512i m4 = _mm512_set1_epi8(0xF);
+    if (kind == KIND_Q6K) {
+        __m512i P[4];
+        k_t16(rp, o + offsetof(struct blk_q6_k, scales), P);
+#pragma GCC unroll 16
+        for (int s = 0; s < 16; s++) /* the signed scale bytes, sign-extended */
+            B->sc[s] = _mm512_srai_epi32(_mm512_slli_epi32(P[s / 4], 24 - 8 * (s % 4)), 24);
+        uint16_t d16[16];
+        for (int r = 0; r < 16; r++)
+            memcpy(&d16[r], rp[r] + o + offsetof(struct blk_q6_k, d), sizeof d16[r]);
+        B->d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)d16));
+        B->dmin = _mm512_setzero_ps();
+        const __m512i m30 = _mm512_set1_epi8(0x30);
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+            /* group 4h + g: ql[64h + 32 (g & 1) + l]'s nibble g / 2, and bits 2g, 2g + 1 of
+             * qh[32h + l] as bits 4 and 5 */
+            __m512i L0[8], L1[8], H[8];
+            k_t32(rp, o + offsetof(struct blk_q6_k, ql) + 64 * (size_t)h, L0);
+            k_t32(rp, o + offsetof(struct blk_q6_k, ql) + 64 * (size_t)h + 32, L1);
+            k_t32(rp, o + offsetof(struct blk_q6_k, qh) + 32 * (size_t)h, H);
+#pragma GCC unroll 8
+            for (int i = 0; i < 8; i++) {
+                __m512i *w = &B->w[32 * h + i];
+                w[0] = _mm512_or_si512(_mm512_and_si512(L0[i], m4),
+                                       _mm512_and_si512(_mm512_slli_epi16(H[i], 4), m30));
+                w[8] = _mm512_or_si512(_mm512_and_si512(L1[i], m4),
+                                       _mm512_and_si512(_mm512_slli_epi16(H[i], 2), m30));
+                w[16] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(L0[i], 4), m4),
+                                        _mm512_and_si512(H[i], m30));
+                w[24] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(L1[i], 4), m4),
+                                        _mm512_and_si512(_mm512_srli_epi16(H[i], 2), m30));
             }
         }
-    }
-}
-
-AF_TARGET_AVX512 static AF_INLINE void matmul_k(int kind, uint32_t t, const void *W, size_t wbytes,
-                                                int64_t k, const void *X, size_t xbytes, int64_t m,
-                                                float *out, int64_t ldo, int64_t r0, int64_t r1)
-{
-    const int64_t nb = k / QK_K;
-    if (m < 2 || nb > K_NBMAX) {
-        quant_kernels_avx2.matmul[t](W, wbytes, k, X, xbytes, m, out, ldo, r0, r1);
         return;
     }
-    int64_t tcmax = K_SIDE / nb / 4 * 4;
-    tcmax = tcmax > K_TC ? K_TC : tcmax;
-    struct k_scratch s;
-    const uint8_t *Wb = W, *Xb = X;
-    for (int64_t j0 = 0; j0 < m; j0 += tcmax) {
-        const int64_t tc = m - j0 < tcmax ? m - j0 : tcmax, tcp = (tc + 3) / 4 * 4;
-        const uint8_t *x = Xb + (size_t)j0 * xbytes;
-        k_side(kind, x, xbytes, tc, tcp, nb, &s);
-        for (int64_t r = r0; r < r1;) {
-            const int nr = r1 - r < K_R ? 1 : K_R;
-            const uint8_t *w = Wb + (size_t)r * wbytes;
-            float *o = out + j0 * ldo + r;
-            for (int64_t kb0 = 0; kb0 < nb; kb0 += K_KC) {
-                const int64_t kc = nb - kb0 < K_KC ? nb - kb0 : K_KC;
-                const int first = kb0 == 0, last = kb0 + kc == nb;
-                if (nr == K_R) {
-                    k_pack(kind, K_R, w, wbytes, kb0, kc, &s);
-                    k_groups(kind, K_R, &s, kb0, kc, x, xbytes, tc, tcp, first, last, o, ldo);
-                } else {
-                    k_pack(kind, 1, w, wbytes, kb0, kc, &s);
-                    k_groups(kind, 1, &s, kb0, kc, x, xbytes, tc, tcp, first, last, o, ldo);
-                }
+    /* Q4_K / Q5_K: the first 16 bytes are d, dmin and the 12 scale bytes */
+    __m512i P[4];
+    k_t16(rp, o, P);
+    B->d = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(P[0]));
+    B->dmin = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(P[0], 16)));
+    __m512i mn[8];
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; j++) { /* quant_scale_min_k4 on 16 rows */
+        B->sc[j] = bits(P[1], 8 * j, 63);
+        mn[j] = bits(P[2], 8 * j, 63);
+        B->sc[4 + j] =
+            _mm512_or_si512(bits(P[3], 8 * j, 0xF), _mm512_slli_epi32(bits(P[1], 8 * j + 6, 3), 4));
+        mn[4 + j] = _mm512_or_si512(bits(P[3], 8 * j + 4, 0xF),
+                                    _mm512_slli_epi32(bits(P[2], 8 * j + 6, 3), 4));
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++)
+        B->mn[i] = _mm512_or_si512(mn[2 * i], _mm512_slli_epi32(mn[2 * i + 1], 16));
+    const size_t qs =
+        o + (kind == KIND_Q5K ? offsetof(struct blk_q5_k, qs) : offsetof(struct blk_q4_k, qs));
+    __m512i QH[8];
+    if (kind == KIND_Q5K)
+        k_t32(rp, o + offsetof(struct blk_q5_k, qh), QH);
+#pragma GCC unroll 4
+    for (int c = 0; c < 4; c++) { /* groups 2c (low nibbles) and 2c + 1 (high) */
+        __m512i Q[8];
+        k_t32(rp, qs + 32 * (size_t)c, Q);
+#pragma GCC unroll 8
+        for (int i = 0; i < 8; i++) {
+            __m512i lo = _mm512_and_si512(Q[i], m4);
+            __m512i hi = _mm512_and_si512(_mm512_srli_epi16(Q[i], 4), m4);
+            if (kind == KIND_Q5K) { /* bit g of qh byte l: the fifth bit of group g's element l */
+                const __m512i sixteen = _mm512_set1_epi8(16);
+                lo = _mm512_mask_add_epi8(
+                    lo, _mm512_test_epi8_mask(QH[i], _mm512_set1_epi8((char)(1 << (2 * c)))), lo,
+                    sixteen);
+                hi = _mm512_mask_add_epi8(
+                    hi, _mm512_test_epi8_mask(QH[i], _mm512_set1_epi8((char)(1 << (2 * c + 1)))),
+                    hi, sixteen);
             }
-            r += nr;
+            B->w[16 * c + i] = lo;
+            B->w[16 * c + 8 + i] = hi;
         }
     }
 }
 
-AF_TARGET_AVX512 void quant_avx512_matmul_q4_k(const void *W, size_t wbytes, int64_t k,
-                                               const void *X, size_t xbytes, int64_t m, float *out,
-                                               int64_t ldo, int64_t r0, int64_t r1)
+/* nc (<= K_C) tokens' block against B: acc[c] advanced by the block's chain. ys[c]: the
+ * tokens' Q8_K blocks; d[c], t[c]: their side terms. */
+AF_TARGET_AVX512 static AF_INLINE void k_tokens(int kind, int nc, const struct k_blk *B,
+                                                const struct blk_q8_k *const *ys, const float *d,
+                                                const int32_t *const *t, __m512 *acc)
 {
-    matmul_k(KIND_Q4K, GGML_TYPE_Q4_K, W, wbytes, k, X, xbytes, m, out, ldo, r0, r1);
+    __m512i S[K_C];
+#pragma GCC unroll 8
+    for (int c = 0; c < nc; c++)
+        S[c] = _mm512_setzero_si512();
+#pragma GCC unroll 1
+    for (int g = 0; g < 8; g++) {
+        __m512i T[8];
+#pragma GCC unroll 8
+        for (int i = 0; i < 8; i++)
+            T[i] = _mm512_load_si512(&B->w[8 * g + i]);
+#pragma GCC unroll 8
+        for (int c = 0; c < nc; c++) {
+            const int8_t *q = ys[c]->qs + 32 * g;
+            if (kind == KIND_Q6K) { /* two sub-blocks of 16 */
+                __m512i p0 = _mm512_set1_epi32(t[c][2 * g]),
+                        p1 = _mm512_set1_epi32(t[c][2 * g + 1]);
+#pragma GCC unroll 4
+                for (int i = 0; i < 4; i++) {
+                    p0 = _mm512_dpbusd_epi32(p0, T[i], _mm512_set1_epi32(load_i32(q + 4 * i)));
+                    p1 = _mm512_dpbusd_epi32(p1, T[4 + i],
+                                             _mm512_set1_epi32(load_i32(q + 16 + 4 * i)));
+                }
+                S[c] = _mm512_add_epi32(S[c],
+                                        _mm512_add_epi32(_mm512_mullo_epi32(p0, B->sc[2 * g]),
+                                                         _mm512_mullo_epi32(p1, B->sc[2 * g + 1])));
+            } else {
+                __m512i p = _mm512_setzero_si512();
+#pragma GCC unroll 8
+                for (int i = 0; i < 8; i++)
+                    p = _mm512_dpbusd_epi32(p, T[i], _mm512_set1_epi32(load_i32(q + 4 * i)));
+                S[c] = _mm512_add_epi32(S[c], _mm512_mullo_epi32(p, B->sc[g]));
+            }
+        }
+    }
+#pragma GCC unroll 8
+    for (int c = 0; c < nc; c++) {
+        const __m512 yd = _mm512_set1_ps(d[c]);
+        acc[c] = _mm512_fmadd_ps(_mm512_mul_ps(B->d, yd), _mm512_cvtepi32_ps(S[c]), acc[c]);
+        if (kind != KIND_Q6K) {
+            __m512i M = _mm512_setzero_si512();
+#pragma GCC unroll 4
+            for (int i = 0; i < 4; i++)
+                M = _mm512_dpwssd_epi32(M, B->mn[i], _mm512_set1_epi32(t[c][i]));
+            acc[c] = _mm512_fnmadd_ps(_mm512_mul_ps(B->dmin, yd), _mm512_cvtepi32_ps(M), acc[c]);
+        }
+    }
 }
 
-AF_TARGET_AVX512 void quant_avx512_matmul_q5_k(const void *W, size_t wbytes, int64_t k,
-                                               const void *X, size_t xbytes, int64_t m, float *out,
-                                               int64_t ldo, int64_t r0, int64_t r1)
+/* The side terms of one Q8_K block into d, t. */
+AF_TARGET_AVX512 static AF_INLINE void k_side1(int kind, const struct blk_q8_k *y, float *d,
+                                               int32_t *t)
 {
-    matmul_k(KIND_Q5K, GGML_TYPE_Q5_K, W, wbytes, k, X, xbytes, m, out, ldo, r0, r1);
+    *d = y->d;
+    if (kind == KIND_Q6K) {
+        for (int i = 0; i < 16; i++)
+            t[i] = -32 * y->bsums[i];
+        return;
+    }
+    for (int i = 0; i < 4; i++) {
+        const int32_t a = y->bsums[4 * i] + y->bsums[4 * i + 1];
+        const int32_t b = y->bsums[4 * i + 2] + y->bsums[4 * i + 3];
+        t[i] = (int32_t)(((uint32_t)(uint16_t)(int16_t)a) | ((uint32_t)(uint16_t)(int16_t)b << 16));
+    }
 }
 
-AF_TARGET_AVX512 void quant_avx512_matmul_q6_k(const void *W, size_t wbytes, int64_t k,
-                                               const void *X, size_t xbytes, int64_t m, float *out,
-                                               int64_t ldo, int64_t r0, int64_t r1)
+/* vec_dot: the lanes' chain for one row and one token, the integer sums in any order (exact),
+ * the float steps as scalar instructions. */
+AF_TARGET_AVX512 static AF_INLINE float k_dot(int kind, int64_t n, const void *w, const void *x)
 {
-    matmul_k(KIND_Q6K, GGML_TYPE_Q6_K, W, wbytes, k, X, xbytes, m, out, ldo, r0, r1);
+    const uint8_t *wb = w;
+    const struct blk_q8_k *y = x;
+    const int64_t nb = n / QK_K;
+    __m128 acc = _mm_setzero_ps();
+    const __m256i m4 = _mm256_set1_epi8(0xF);
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *p = wb + (size_t)b * k_bsz(kind);
+        int32_t S = 0, M = 0;
+        float d, dmin = 0.0f;
+        if (kind == KIND_Q6K) {
+            const struct blk_q6_k *a = (const struct blk_q6_k *)p;
+            for (int h = 0; h < 2; h++) {
+                const __m256i l0 = load32(a->ql + 64 * h), l1 = load32(a->ql + 64 * h + 32);
+                const __m256i qh = load32(a->qh + 32 * h), m30 = _mm256_set1_epi8(0x30);
+                const __m256i g[4] = {
+                    _mm256_or_si256(_mm256_and_si256(l0, m4),
+                                    _mm256_and_si256(_mm256_slli_epi16(qh, 4), m30)),
+                    _mm256_or_si256(_mm256_and_si256(l1, m4),
+                                    _mm256_and_si256(_mm256_slli_epi16(qh, 2), m30)),
+                    _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
+                                    _mm256_and_si256(qh, m30)),
+                    _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
+                                    _mm256_and_si256(_mm256_srli_epi16(qh, 2), m30))};
+                for (int k = 0; k < 4; k++) {
+                    const int G = 4 * h + k;
+                    const __m256i v =
+                        _mm256_dpbusd_epi32(_mm256_setzero_si256(), g[k], load32(y[b].qs + 32 * G));
+                    int32_t l[8];
+                    _mm256_storeu_si256((__m256i *)l, v);
+                    const int32_t s0 = l[0] + l[1] + l[2] + l[3] - 32 * y[b].bsums[2 * G];
+                    const int32_t s1 = l[4] + l[5] + l[6] + l[7] - 32 * y[b].bsums[2 * G + 1];
+                    S += a->scales[2 * G] * s0 + a->scales[2 * G + 1] * s1;
+                }
+            }
+            d = _cvtsh_ss(a->d);
+        } else {
+            const uint8_t *scales, *qs, *qh = NULL;
+            uint16_t d16, dmin16;
+            if (kind == KIND_Q5K) {
+                const struct blk_q5_k *a = (const struct blk_q5_k *)p;
+                scales = a->scales, qs = a->qs, qh = a->qh, d16 = a->d, dmin16 = a->dmin;
+            } else {
+                const struct blk_q4_k *a = (const struct blk_q4_k *)p;
+                scales = a->scales, qs = a->qs, d16 = a->d, dmin16 = a->dmin;
+            }
+            for (int g = 0; g < 8; g++) {
+                const __m256i q = load32(qs + 32 * (g / 2));
+                __m256i u =
+                    g % 2 ? _mm256_and_si256(_mm256_srli_epi16(q, 4), m4) : _mm256_and_si256(q, m4);
+                if (qh)
+                    u = _mm256_mask_add_epi8(
+                        u, _mm256_test_epi8_mask(load32(qh), _mm256_set1_epi8((char)(1 << g))), u,
+                        _mm256_set1_epi8(16));
+                const __m256i v =
+                    _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, load32(y[b].qs + 32 * g));
+                int32_t l[8];
+                _mm256_storeu_si256((__m256i *)l, v);
+                uint8_t sc, mn;
+                quant_scale_min_k4(g, scales, &sc, &mn);
+                S += sc * (l[0] + l[1] + l[2] + l[3] + l[4] + l[5] + l[6] + l[7]);
+                M += mn * (y[b].bsums[2 * g] + y[b].bsums[2 * g + 1]);
+            }
+            d = _cvtsh_ss(d16);
+            dmin = _cvtsh_ss(dmin16);
+        }
+        const __m128 yd = _mm_set_ss(y[b].d);
+        acc = _mm_fmadd_ss(_mm_mul_ss(_mm_set_ss(d), yd), _mm_set_ss((float)S), acc);
+        if (kind != KIND_Q6K)
+            acc = _mm_fnmadd_ss(_mm_mul_ss(_mm_set_ss(dmin), yd), _mm_set_ss((float)M), acc);
+    }
+    return _mm_cvtss_f32(acc);
 }
+
+/* Prefetch block b's share (`per` lines) of the next group's bytes, 16 rows from `next`, one
+ * contiguous range of `lines` lines, in address order (quant_avx512_r16.c). */
+AF_TARGET_AVX512 static AF_INLINE void k_prefetch(const uint8_t *next, size_t lines, size_t per,
+                                                  int64_t b)
+{
+    const size_t l0 = per * (size_t)b, l1 = l0 + per < lines ? l0 + per : lines;
+    for (size_t l = l0; l < l1; l++)
+        _mm_prefetch((const char *)next + 64 * l, _MM_HINT_T0);
+}
+
+#define K_CASES(CALL)                                                                              \
+    switch (nc) {                                                                                  \
+    case 1:                                                                                        \
+        CALL(1);                                                                                   \
+        break;                                                                                     \
+    case 2:                                                                                        \
+        CALL(2);                                                                                   \
+        break;                                                                                     \
+    case 3:                                                                                        \
+        CALL(3);                                                                                   \
+        break;                                                                                     \
+    case 4:                                                                                        \
+        CALL(4);                                                                                   \
+        break;                                                                                     \
+    case 5:                                                                                        \
+        CALL(5);                                                                                   \
+        break;                                                                                     \
+    case 6:                                                                                        \
+        CALL(6);                                                                                   \
+        break;                                                                                     \
+    case 7:                                                                                        \
+        CALL(7);                                                                                   \
+        break;                                                                                     \
+    default:                                                                                       \
+        CALL(8);                                                                                   \
+        break;                                                                                     \
+    }
+
+/* Tokens c0 .. c0 + nc - 1 of the chunk against B (block b of the k chunk). */
+AF_TARGET_AVX512 static AF_INLINE void k_pass(int kind, int nc, const struct k_blk *B,
+                                              const uint8_t *X, size_t xbytes, int64_t b0,
+                                              int64_t b, const struct k_x *xs, int64_t c0,
+                                              __m512 *acc)
+{
+    const struct blk_q8_k *ys[K_C];
+    const int32_t *t[K_C];
+    float d[K_C];
+#pragma GCC unroll 8
+    for (int c = 0; c < nc; c++) {
+        ys[c] = (const struct blk_q8_k *)(X + (size_t)(c0 + c) * xbytes) + b0 + b;
+        const int64_t i = (c0 + c) * xs->ld + b;
+        t[c] = xs->t[i];
+        d[c] = xs->d[i];
+    }
+    __m512 a[K_C];
+#pragma GCC unroll 8
+    for (int c = 0; c < nc; c++)
+        a[c] = acc[c0 + c];
+    k_tokens(kind, nc, B, ys, d, t, a);
+#pragma GCC unroll 8
+    for (int c = 0; c < nc; c++)
+        acc[c0 + c] = a[c];
+}
+
+/* Rows [r, r + nr) (nr <= 16) against the token chunk (tc tokens) over blocks [b0, b0 + kc):
+ * each block of the 16 rows is unpacked once and meets every token. */
+AF_TARGET_AVX512 static AF_INLINE void k_group(int kind, const uint8_t *W, size_t wbytes, int64_t r,
+                                               int nr, int64_t b0, int64_t kc, const uint8_t *X,
+                                               size_t xbytes, int64_t tc, const struct k_x *xs,
+                                               int first, float *out, int64_t ldo)
+{
+    const uint8_t *rp[16];
+    for (int j = 0; j < 16; j++) /* rows past the end repeat the last; they are not stored */
+        rp[j] = W + (size_t)(r + (j < nr ? j : nr - 1)) * wbytes;
+    const uint8_t *next = W + (size_t)(r + 16) * wbytes;
+    const size_t lines = 16 * wbytes / 64, per = (lines + (size_t)kc - 1) / (size_t)kc;
+    const __mmask16 mk = (__mmask16)(nr == 16 ? 0xFFFF : (1u << nr) - 1);
+    float *o = out + r;
+    __m512 acc[K_TC];
+    for (int64_t c = 0; c < tc; c++)
+        acc[c] = first ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(mk, o + c * ldo);
+    struct k_blk B __attribute__((aligned(64)));
+    for (int64_t b = 0; b < kc; b++) {
+        k_prefetch(next, lines, per, b);
+        k_unpack(kind, rp, b0 + b, &B);
+        for (int64_t c0 = 0; c0 < tc; c0 += K_C) {
+            const int nc = tc - c0 < K_C ? (int)(tc - c0) : K_C;
+#define K_PASS(n) k_pass(kind, n, &B, X, xbytes, b0, b, xs, c0, acc)
+            K_CASES(K_PASS)
+#undef K_PASS
+        }
+    }
+    for (int64_t c = 0; c < tc; c++)
+        _mm512_mask_storeu_ps(o + c * ldo, mk, acc[c]);
+}
+
+AF_TARGET_AVX512 static AF_INLINE void k_matmul(int kind, quant_vec_dot_fn dot, const void *W,
+                                                size_t wbytes, int64_t k, const void *X,
+                                                size_t xbytes, int64_t m, float *out, int64_t ldo,
+                                                int64_t r0, int64_t r1)
+{
+    const int64_t nb = k / QK_K;
+    if (nb == 0) {
+        quant_matmul_loop(dot, W, wbytes, k, X, xbytes, m, out, ldo, r0, r1);
+        return;
+    }
+    struct k_x xs;
+    const uint8_t *Xb = X;
+    /* Token chunks as long as K_TC; k chunks as long as the side terms allow (a decode of a
+     * few tokens streams each row group once over the whole row). */
+    const int64_t tcmax = m < K_TC ? m : K_TC, kcmax = K_XN / tcmax;
+    for (int64_t j0 = 0; j0 < m; j0 += tcmax) {
+        const int64_t tc = m - j0 < tcmax ? m - j0 : tcmax;
+        const uint8_t *Xc = Xb + (size_t)j0 * xbytes;
+        for (int64_t b0 = 0; b0 < nb; b0 += kcmax) {
+            const int64_t kc = nb - b0 < kcmax ? nb - b0 : kcmax;
+            xs.ld = kc;
+            for (int64_t c = 0; c < tc; c++)
+                for (int64_t b = 0; b < kc; b++)
+                    k_side1(kind, (const struct blk_q8_k *)(Xc + (size_t)c * xbytes) + b0 + b,
+                            &xs.d[c * kc + b], xs.t[c * kc + b]);
+            for (int64_t r = r0; r < r1; r += 16) {
+                const int nr = r1 - r < 16 ? (int)(r1 - r) : 16;
+                k_group(kind, W, wbytes, r, nr, b0, kc, Xc, xbytes, tc, &xs, b0 == 0,
+                        out + j0 * ldo, ldo);
+            }
+        }
+    }
+}
+
+#define K_ENTRIES(name, KIND)                                                                      \
+    AF_TARGET_AVX512 float quant_avx512_dot_##name(int64_t n, const void *w, const void *x)        \
+    {                                                                                              \
+        return k_dot(KIND, n, w, x);                                                               \
+    }                                                                                              \
+    AF_TARGET_AVX512 void quant_avx512_matmul_##name(                                              \
+        const void *W, size_t wbytes, int64_t k, const void *X, size_t xbytes, int64_t m,          \
+        float *out, int64_t ldo, int64_t r0, int64_t r1)                                           \
+    {                                                                                              \
+        k_matmul(KIND, quant_avx512_dot_##name, W, wbytes, k, X, xbytes, m, out, ldo, r0, r1);     \
+    }
+
+K_ENTRIES(q4_k, KIND_Q4K)
+K_ENTRIES(q5_k, KIND_Q5K)
+K_ENTRIES(q6_k, KIND_Q6K)
 
 #endif

@@ -48,8 +48,8 @@ static int select_isa(const char *name)
 {
     const struct quant_kernels *layers[2] = {&quant_kernels_avx2, &quant_kernels_avx512};
     /* auto takes the best table the CPU runs. The AVX-512 table's own bits are those of its
-     * Q8_0 / Q4_0 / Q5_0 kernels; its float and K-quant prefill kernels give the AVX2 kernels'
-     * bits, and what it lacks falls through to them (docs/PERFORMANCE.md, bench/quant). */
+     * Q8_0 / Q4_0 / Q5_0 and Q4_K / Q5_K / Q6_K kernels; its float prefill kernels give the AVX2
+     * kernels' bits, and what it lacks falls through to them (docs/PERFORMANCE.md, bench/quant). */
     if (!strcmp(name, "auto")) {
         if (quant_avx512_usable())
             name = "avx512";

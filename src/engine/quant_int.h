@@ -129,8 +129,11 @@ void quant_avx512_matmul_q4_0(const void *W, size_t wbytes, int64_t k, const voi
 void quant_avx512_matmul_q5_0(const void *W, size_t wbytes, int64_t k, const void *X, size_t xbytes,
                               int64_t m, float *out, int64_t ldo, int64_t r0, int64_t r1);
 
-/* The AVX-512 K-quant prefill matmuls (quant_avx512_k.c): the AVX2 kernels' bits; m = 1 goes to
- * the AVX2 matmul. */
+/* The AVX-512 Q4_K / Q5_K / Q6_K kernels with 16 rows in the lanes (quant_avx512_k.c): one chain
+ * per output for every batch size, the vec_dot included. */
+float quant_avx512_dot_q4_k(int64_t n, const void *w, const void *x);
+float quant_avx512_dot_q5_k(int64_t n, const void *w, const void *x);
+float quant_avx512_dot_q6_k(int64_t n, const void *w, const void *x);
 void quant_avx512_matmul_q4_k(const void *W, size_t wbytes, int64_t k, const void *X, size_t xbytes,
                               int64_t m, float *out, int64_t ldo, int64_t r0, int64_t r1);
 void quant_avx512_matmul_q5_k(const void *W, size_t wbytes, int64_t k, const void *X, size_t xbytes,
