@@ -12,7 +12,7 @@
  * streams it from DRAM as the engine's decode does, instead of from L3.
  *
  *   build/release/bench/quant [--min-ms 300] [--isa ref|avx2|avx512] [--type Q4_0] [-m 64]
- *                             [--copies 1]
+ *                             [--copies 1] [--packed 0|1]
  */
 #include <math.h>
 #include <stdint.h>
@@ -49,6 +49,10 @@ static float rng_gauss(void)
 /* Copies of the weight to cycle through (--copies). */
 static int n_copies = 1;
 
+/* --packed 1: each copy in the packed form (quant_pack), as the engine loads it where the
+ * kernels have one; types without one are skipped. */
+static int packed;
+
 /* Seconds per call of quant_matmul, repeated until min_ms have passed. */
 static double time_matmul(uint32_t t, const uint8_t *W, size_t wsize, const void *X, int64_t m,
                           float *out, double min_ms)
@@ -56,7 +60,11 @@ static double time_matmul(uint32_t t, const uint8_t *W, size_t wsize, const void
     int reps = 0;
     double t0 = af_clock_thread_cpu_ms(), el;
     do {
-        quant_matmul(t, W + (size_t)(reps % n_copies) * wsize, K, X, m, out, ROWS, 0, ROWS);
+        const uint8_t *w = W + (size_t)(reps % n_copies) * wsize;
+        if (packed)
+            (void)quant_matmul_packed(t, w, ROWS, K, X, m, out, ROWS, 0, ROWS);
+        else
+            quant_matmul(t, w, K, X, m, out, ROWS, 0, ROWS);
         reps++;
         el = af_clock_thread_cpu_ms() - t0;
     } while (el < min_ms);
@@ -69,7 +77,8 @@ static int n_pre = 64;
 static void bench_type(uint32_t t, const char *isa, const float *fw, const float *fx, double min_ms)
 {
     size_t wb = quant_row_bytes(t, K), xb = quant_row_bytes(quant_vec_dot_type(t), K);
-    uint8_t *W = malloc(wb * ROWS * (size_t)n_copies), *X = malloc(xb * (size_t)n_pre);
+    /* aligned as the engine aligns its packed weights (a size multiple of 64 here) */
+    uint8_t *W = aligned_alloc(64, wb * ROWS * (size_t)n_copies), *X = malloc(xb * (size_t)n_pre);
     float *out = malloc(sizeof(float) * ROWS * (size_t)n_pre);
     if (!W || !X || !out) {
         fprintf(stderr, "out of memory\n");
@@ -77,6 +86,16 @@ static void bench_type(uint32_t t, const char *isa, const float *fw, const float
     }
     for (int r = 0; r < ROWS; r++)
         quant_quantize_row(t, fw + (size_t)r * K, W + (size_t)r * wb, K);
+    if (packed) { /* ROWS is a multiple of 16 and the blocks even: the rows' size */
+        uint8_t *P = aligned_alloc(64, wb * ROWS);
+        if (!P) {
+            fprintf(stderr, "out of memory\n");
+            exit(1);
+        }
+        quant_pack(t, W, ROWS, K, P);
+        memcpy(W, P, wb * ROWS);
+        free(P);
+    }
     for (int c = 1; c < n_copies; c++)
         memcpy(W + (size_t)c * wb * ROWS, W, wb * ROWS);
     for (int j = 0; j < n_pre; j++)
@@ -107,9 +126,11 @@ int main(int argc, char **argv)
             n_pre = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--copies") && atoi(argv[i + 1]) >= 1)
             n_copies = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--packed"))
+            packed = atoi(argv[i + 1]) != 0;
         else {
             fprintf(stderr, "usage: bench/quant [--min-ms 300] [--isa ref|avx2|avx512] [--type "
-                            "Q4_0] [-m 64 (prefill tokens, 2+)] [--copies 1]\n");
+                            "Q4_0] [-m 64 (prefill tokens, 2+)] [--copies 1] [--packed 0|1]\n");
             return 2;
         }
     }
@@ -131,7 +152,8 @@ int main(int argc, char **argv)
         if (only_type && quant_type_from_name(only_type) != (int)types[ti])
             continue;
         for (size_t ii = 0; ii < 3; ii++) {
-            if ((only_isa && strcmp(only_isa, isas[ii])) || quant_set_isa(isas[ii]) != 0)
+            if ((only_isa && strcmp(only_isa, isas[ii])) || quant_set_isa(isas[ii]) != 0 ||
+                (packed && !quant_packed_bytes(types[ti], ROWS, K)))
                 continue;
             bench_type(types[ti], isas[ii], fw, fx, min_ms);
         }

@@ -500,6 +500,83 @@ static void test_concurrent_batching_q4_k_m(void **state)
     unlink(path);
 }
 
+/* The packed weights (model_pack, AGENTFLOW_PACK) give the row-major kernels' bits: the logits of
+ * every position, before and after new weights for the tied embedding (the output head) and a
+ * projection, are equal with and without packing; `packed_bytes` in the engine's info says
+ * which was loaded. Q8_0, Q5_0 (the Q4_K_M file's 256-wide rows are Q5_0) and Q4_K_M. */
+static void test_packed_weights(void **state)
+{
+    (void)state;
+    static const char *types[] = {"Q8_0", "Q5_0", "Q4_K_M"};
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+        char path[300], err[512];
+        snprintf(path, sizeof path, "%s.pack.gguf", tiny_path);
+        struct af_engine_random_params rp = {"qwen2", "custom:2,256,4,2,512", types[ti], 5, NULL};
+        if (af_engine_make_random(&rp, path, err, sizeof err))
+            fail_msg("make-random: %s", err);
+        struct af_engine *e[2];
+        for (int k = 0; k < 2; k++) {
+            if (k == 0)
+                setenv("AGENTFLOW_PACK", "0", 1);
+            else
+                unsetenv("AGENTFLOW_PACK");
+            if (af_engine_load(path, NULL, &e[k], err, sizeof err))
+                fail_msg("%s: %s", path, err);
+        }
+        json_int_t pb[2];
+        for (int k = 0; k < 2; k++) {
+            char *info = af_engine_info_json(e[k]);
+            json_t *j = json_loads(info, 0, NULL);
+            assert_non_null(j);
+            pb[k] = json_integer_value(json_object_get(j, "packed_bytes"));
+            json_decref(j);
+            free(info);
+        }
+        assert_int_equal(pb[0], 0);
+        if (!pb[1])
+            printf("%s: no packed form on this CPU; both engines read the rows\n", types[ti]);
+        const int64_t nv = af_engine_n_vocab(e[0]);
+        enum { N = 40 };
+        int32_t ids[N];
+        for (int i = 0; i < N; i++)
+            ids[i] = (int32_t)((i * 7919 + 13) % nv);
+        float *lg[2];
+        for (int round = 0; round < 2; round++) {
+            for (int k = 0; k < 2; k++) {
+                lg[k] = malloc((size_t)N * (size_t)nv * sizeof *lg[k]);
+                assert_non_null(lg[k]);
+                assert_int_equal(af_engine_logits(e[k], ids, N, 1, lg[k], err, sizeof err), 0);
+            }
+            if (memcmp(lg[0], lg[1], (size_t)N * (size_t)nv * sizeof *lg[0]))
+                fail_msg("%s, round %d: packed and row-major logits differ", types[ti], round);
+            free(lg[0]);
+            free(lg[1]);
+            if (round)
+                break;
+            /* new weights: the embedding (tied: the head is repacked) and a projection */
+            const int64_t ne = 256 * nv, nq = 256 * 256;
+            float *we = malloc((size_t)ne * sizeof *we), *wq = malloc((size_t)nq * sizeof *wq);
+            assert_non_null(we);
+            assert_non_null(wq);
+            for (int64_t i = 0; i < ne; i++)
+                we[i] = (float)((i * 37) % 101 - 50) / 900.0f;
+            for (int64_t i = 0; i < nq; i++)
+                wq[i] = (float)((i * 53) % 89 - 44) / 700.0f;
+            const char *names[] = {"token_embd.weight", "blk.1.attn_q.weight"};
+            const float *vals[] = {we, wq};
+            const int64_t counts[] = {ne, nq};
+            for (int k = 0; k < 2; k++)
+                assert_int_equal(
+                    af_engine_set_weights(e[k], names, vals, counts, 2, err, sizeof err), 0);
+            free(we);
+            free(wq);
+        }
+        af_engine_free(e[0]);
+        af_engine_free(e[1]);
+        unlink(path);
+    }
+}
+
 /* A generation cancelled from its on_token callback in the middle of a batch leaves at once
  * (its sequence goes back to the pool) and the others finish with the bits they get alone. */
 static int cancel_after_3(void *user, int32_t id, const char *piece, size_t len)
@@ -1344,6 +1421,7 @@ int main(void)
         cmocka_unit_test(test_bad_calls),
         cmocka_unit_test(test_malformed_models),
         cmocka_unit_test(test_quantize_and_make_random),
+        cmocka_unit_test(test_packed_weights),
         cmocka_unit_test(test_cli_model),
         cmocka_unit_test(test_llm_backend),
         cmocka_unit_test(test_overflowing_weights),

@@ -593,6 +593,72 @@ static void test_avx512_batch_invariant(void **state)
     assert_int_equal(quant_set_isa("auto"), 0);
 }
 
+/* Packed weights (quant_pack, what the engine does at load on AVX-512): quant_matmul_packed
+ * gives quant_matmul's bits on the row-major weight, for every batch size and for row ranges
+ * split at multiples of 16; 37 rows pad the last group. Under another ISA it declines (-1). */
+static void test_packed_matmul(void **state)
+{
+    (void)state;
+    if (quant_set_isa("avx512") != 0) {
+        printf("AVX-512 VNNI not available on this CPU: skipping\n");
+        skip();
+    }
+    static const uint32_t types[] = {GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_Q5_0,
+                                     GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K};
+    static const int64_t nbs[] = {1, 5, 131, 523};
+    static const int64_t ms[] = {1, 2, 8, 9, 16, 17, 64, 67};
+    const int64_t rows = 37, mmax = 67;
+    struct rng r = {0x9ac4};
+    int packed_types = 0;
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++)
+        for (size_t ki = 0; ki < sizeof nbs / sizeof nbs[0]; ki++) {
+            const uint32_t t = types[ti];
+            assert_int_equal(quant_set_isa("avx512"), 0);
+            if (nbs[ki] > 131 && quant_block_elems(t) > 32)
+                continue;
+            const int64_t k = quant_block_elems(t) * nbs[ki];
+            const size_t pbytes = quant_packed_bytes(t, rows, k);
+            if (!pbytes)
+                continue;
+            packed_types += ki == 0;
+            /* 3 groups of 16 rows, an even number of blocks (an odd last one takes a pair) */
+            assert_int_equal(pbytes,
+                             (size_t)48 * quant_row_bytes(t, k + k % (2 * quant_block_elems(t))));
+            float *fw = rand_vec(&r, rows * k, 0.05f), *fx = rand_vec(&r, mmax * k, 1.0f);
+            uint8_t *W = quantize_rows(t, fw, rows, k), *X = prepare_rows(t, fx, mmax, k);
+            uint8_t *P = aligned_alloc(64, (pbytes + 63) / 64 * 64);
+            float *out = malloc((size_t)(rows * mmax) * sizeof *out);
+            float *pk = malloc((size_t)(rows * mmax) * sizeof *pk);
+            assert_non_null(P);
+            assert_non_null(out);
+            assert_non_null(pk);
+            quant_pack(t, W, rows, k, P);
+            for (size_t mi = 0; mi < sizeof ms / sizeof ms[0]; mi++) {
+                const int64_t m = ms[mi];
+                quant_matmul(t, W, k, X, m, out, rows, 0, rows);
+                memset(pk, 0xff, (size_t)(rows * m) * sizeof *pk);
+                assert_int_equal(quant_matmul_packed(t, P, rows, k, X, m, pk, rows, 0, 16), 0);
+                assert_int_equal(quant_matmul_packed(t, P, rows, k, X, m, pk, rows, 16, rows), 0);
+                assert_int_equal(quant_matmul_packed(t, P, rows, k, X, m, pk, rows, 3, rows), -1);
+                if (memcmp(out, pk, (size_t)(rows * m) * sizeof *out))
+                    fail_msg("%s k=%lld m=%lld: the packed matmul's bits differ",
+                             quant_type_name(t), (long long)k, (long long)m);
+            }
+            assert_int_equal(quant_set_isa("avx2"), 0);
+            assert_int_equal(quant_packed_bytes(t, rows, k), 0);
+            assert_int_equal(quant_matmul_packed(t, P, rows, k, X, 1, pk, rows, 0, rows), -1);
+            free(fw);
+            free(fx);
+            free(W);
+            free(X);
+            free(P);
+            free(out);
+            free(pk);
+        }
+    assert_true(packed_types >= 3);
+    assert_int_equal(quant_set_isa("auto"), 0);
+}
+
 /* The AVX2 K-quant prefill (1 row x 4 tokens, in token blocks that fit L2): the same bits
  * whatever the batch size (2+) or token offset. k = 29 blocks of 256 makes blocks of 20
  * tokens, so m = 45 crosses two block edges and leaves a partial tile. */
@@ -942,6 +1008,7 @@ int main(void)
         cmocka_unit_test(test_oracle_kquants),     cmocka_unit_test(test_prefill_tiles_32),
         cmocka_unit_test(test_prefill_gemm_float), cmocka_unit_test(test_prefill_gemm_float_avx512),
         cmocka_unit_test(test_prefill_tiles_k),    cmocka_unit_test(test_avx512_batch_invariant),
+        cmocka_unit_test(test_packed_matmul),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

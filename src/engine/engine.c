@@ -57,6 +57,11 @@ int af_engine_load(const char *path, const struct af_engine_params *p, struct af
     int rc = model_load(path, &m, err, errlen);
     if (rc)
         return rc;
+    /* The matmul weights in the kernels' packed form (same bits); AGENTFLOW_PACK=0 keeps the
+     * rows only, for comparisons. */
+    const char *pack = getenv("AGENTFLOW_PACK");
+    if (!pack || strcmp(pack, "0") != 0)
+        (void)model_pack(m);
     struct lora_adapter *lora = NULL;
     if (p->lora_dir && p->lora_dir[0]) {
         char msg[1024] = "";
@@ -212,6 +217,17 @@ static struct weight *weight_named(struct model *m, const char *name)
     return NULL;
 }
 
+/* Frees p when it is one of the engine's own weight buffers. */
+static void drop_owned(struct af_engine *e, const void *p)
+{
+    for (size_t k = 0; k < e->n_owned_w; k++)
+        if (e->owned_w[k] == p) {
+            free(e->owned_w[k]);
+            e->owned_w[k] = e->owned_w[--e->n_owned_w];
+            return;
+        }
+}
+
 int af_engine_set_weights(struct af_engine *e, const char *const *names, const float *const *values,
                           const int64_t *counts, size_t n, char *err, size_t errlen)
 {
@@ -230,33 +246,42 @@ int af_engine_set_weights(struct af_engine *e, const char *const *names, const f
             return AF_EINVAL;
         }
     }
-    /* encode outside the lock: only the pointer swap needs the engine to be idle */
-    void **bufs = af_xcalloc(n ? n : 1, sizeof *bufs);
+    /* encode outside the lock: only the pointer swap needs the engine to be idle. A weight
+     * that a matmul reads packed (the output head, for a tied embedding) is packed again. */
+    void **bufs = af_xcalloc(n ? n : 1, sizeof *bufs), **pk = af_xcalloc(n ? n : 1, sizeof *pk);
     for (size_t i = 0; i < n; i++) {
         const struct weight *w = ws[i];
         bufs[i] = af_xmalloc(w->row_bytes * (size_t)w->n_out + 64);
         for (int64_t r = 0; r < w->n_out; r++)
             quant_quantize_row(w->type, values[i] + r * w->n_in,
                                (char *)bufs[i] + (size_t)r * w->row_bytes, w->n_in);
+        const struct weight *mw = w == &e->m->tok_embd && e->m->hp.tied_output ? &e->m->output : w;
+        const size_t pb = mw->packed ? quant_packed_bytes(w->type, w->n_out, w->n_in) : 0;
+        if (pb) {
+            pk[i] = af_xaligned(64, (pb + 63) / 64 * 64);
+            quant_pack(w->type, bufs[i], w->n_out, w->n_in, pk[i]);
+        }
     }
     engine_exclusive_begin(e, 1);
-    e->owned_w = af_xrealloc(e->owned_w, (e->n_owned_w + n) * sizeof *e->owned_w);
+    e->owned_w = af_xrealloc(e->owned_w, (e->n_owned_w + 2 * n) * sizeof *e->owned_w);
     for (size_t i = 0; i < n; i++) {
         struct weight *w = ws[i];
-        if (w == &e->m->tok_embd && e->m->hp.tied_output)
-            e->m->output.data = bufs[i];          /* the head is the embedding */
-        for (size_t k = 0; k < e->n_owned_w; k++) /* a buffer of ours: drop it */
-            if (e->owned_w[k] == w->data) {
-                free(e->owned_w[k]);
-                e->owned_w[k] = e->owned_w[--e->n_owned_w];
-                break;
-            }
+        struct weight *mw = w == &e->m->tok_embd && e->m->hp.tied_output ? &e->m->output : w;
+        if (mw != w)
+            mw->data = bufs[i]; /* the head is the embedding */
+        drop_owned(e, w->data);
+        if (mw->packed) /* ours, or in the model's mapping (freed with it) */
+            drop_owned(e, mw->packed);
         w->data = bufs[i];
         e->owned_w[e->n_owned_w++] = bufs[i];
+        mw->packed = pk[i]; /* NULL (the rows) where the kernels have no packed form */
+        if (pk[i])
+            e->owned_w[e->n_owned_w++] = pk[i];
     }
     radix_invalidate(e->tree);
     engine_exclusive_end(e);
     free(bufs);
+    free(pk);
     free(ws);
     return AF_OK;
 }
@@ -318,6 +343,9 @@ char *af_engine_info_json(struct af_engine *e)
     json_object_set_new(j, "tokenizer", tok);
     json_object_set_new(j, "chat_template", json_string(chat_template_name(e->tmpl)));
     json_object_set_new(j, "lora", lora_json(e));
+    /* the kernel set, and the bytes of the weights it reads packed (model_pack) */
+    json_object_set_new(j, "kernels", json_string(quant_isa()));
+    json_object_set_new(j, "packed_bytes", json_integer((json_int_t)m->packed_bytes));
     pthread_mutex_lock(&e->mu);
     json_object_set_new(
         j, "batching",

@@ -453,6 +453,7 @@ void model_free(struct model *m)
 {
     if (!m)
         return;
+    model_unpack(m);
     tok_free(m->tok);
     gguf_close(m->gguf);
     for (size_t i = 0; i < m->n_st; i++)

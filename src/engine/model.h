@@ -25,6 +25,9 @@ struct weight {
     uint32_t type;
     int64_t n_in, n_out; /* ne[0], ne[1] (n_out = 1 for vectors) */
     size_t row_bytes;
+    /* The same rows in the active kernels' packed form (quant_pack), or NULL: matmuls read it,
+     * with the same bits; everything else reads data. */
+    const void *packed;
 };
 
 struct model_hparams {
@@ -55,6 +58,8 @@ struct model {
     size_t n_st;
     void **owned; /* memory we allocated for converted tensors */
     size_t n_owned;
+    void *packed_map; /* model_pack's mapping, and its bytes */
+    size_t packed_bytes;
     int rope_neox_hf; /* HF layout: q/k rows not permuted, so RoPE is NEOX for every arch */
 };
 
@@ -74,6 +79,13 @@ struct tensor_view {
  * key. *out is owned by the caller (model_free). */
 AF_NODISCARD int model_load(const char *path, struct model **out, char *err, size_t errlen);
 void model_free(struct model *m);
+/* Packs the matmul weights (the layers' projections and the output head) that the active
+ * kernels have a packed form for into one anonymous mapping owned by m (freed by model_free),
+ * and points their `packed` at it. The row-major data stays for everything else: the
+ * embedding's rows, training, merging. Returns the packed bytes (0: none). */
+size_t model_pack(struct model *m);
+/* Drops model_pack's mapping: every weight it packed reads its rows again. */
+void model_unpack(struct model *m);
 
 const char *model_arch_name(enum model_arch a);
 

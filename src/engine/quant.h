@@ -79,6 +79,21 @@ float quant_vec_dot(uint32_t t, int64_t n, const void *w, const void *x);
 void quant_matmul(uint32_t t, const void *W, int64_t k, const void *X, int64_t m, float *out,
                   int64_t ldo, int64_t r0, int64_t r1);
 
+/* Weights packed for the active kernels: 16-row groups whose blocks are stored transposed, as
+ * the AVX-512 kernels read them, so that a call loads what it would otherwise transpose (every
+ * call, every block). The bytes of the packed form of rows x k of type t (about the rows' own
+ * size, padded to a multiple of 16 rows and of 2 blocks), or 0 when the active kernels have
+ * none for t. */
+size_t quant_packed_bytes(uint32_t t, int64_t rows, int64_t k);
+/* Writes the packed form of W (rows x k of type t, row-major) into P (quant_packed_bytes bytes,
+ * 64-byte aligned). */
+void quant_pack(uint32_t t, const void *W, int64_t rows, int64_t k, void *P);
+/* quant_matmul on a packed weight of rows x k, with quant_matmul's bits; r0 a multiple of 16.
+ * Returns 0, or -1 (nothing done) when the active kernels do not read t's packed form, as
+ * after quant_set_isa: then call quant_matmul on the row-major weight. */
+int quant_matmul_packed(uint32_t t, const void *P, int64_t rows, int64_t k, const void *X,
+                        int64_t m, float *out, int64_t ldo, int64_t r0, int64_t r1);
+
 /* 1 when quant_matmul gives a lone token (m = 1) of type t the bits it gets in a batch of any
  * size under the active kernels (AVX-512 Q8_0), so that a caller that needs batch invariance
  * need not compute a lone row as a pair; 0 otherwise. */

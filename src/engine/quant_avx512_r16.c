@@ -141,9 +141,27 @@ AF_TARGET_AVX512 static AF_INLINE void r_pairs(uint32_t t, const uint8_t *const 
             _mm512_inserti64x4(_mm512_castsi256_si512(r_u(t, rp[j] + o)), r_u(t, rp[j + 8] + o), 1);
 }
 
-/* Block b of the 16 rows rp[0..15]: T[i] lane r = dword i of row r's unsigned bytes. */
-AF_TARGET_AVX512 static AF_INLINE void r_block(uint32_t t, const uint8_t *const *rp, int64_t b,
+/* Q4_0 / Q5_0: the transposed packed nibbles P (dword i's low nibbles are elements 4i..4i+3,
+ * its high ones 16+4i..16+4i+3, the token's dword 4+i) into T; with five, add 16 to the bytes of
+ * T[i] that K[i] selects (the fifth bits). */
+AF_TARGET_AVX512 static AF_INLINE void r_split(const __m512i P[4], const __mmask64 *K, int five,
                                                __m512i T[8])
+{
+    const __m512i m4 = _mm512_set1_epi8(0xF), sixteen = _mm512_set1_epi8(16);
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++) {
+        const __m512i lo = _mm512_and_si512(P[i], m4);
+        const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(P[i], 4), m4);
+        T[i] = five ? _mm512_mask_add_epi8(lo, K[i], lo, sixteen) : lo;
+        T[4 + i] = five ? _mm512_mask_add_epi8(hi, K[4 + i], hi, sixteen) : hi;
+    }
+}
+
+/* Block b of the 16 rows rp[0..15]: T[i] lane r = dword i of row r's unsigned bytes. For Q4_0 /
+ * Q5_0 with Pout set, the packed nibbles (and Q5_0's fifth-bit masks, Kout) instead of T. */
+AF_TARGET_AVX512 static AF_INLINE void r_block_parts(uint32_t t, const uint8_t *const *rp,
+                                                     int64_t b, __m512i T[8], __m512i *Pout,
+                                                     __mmask64 *Kout)
 {
     if (t == GGML_TYPE_Q4_0) {
         /* Transpose the packed nibbles (4 dwords a row), then split them: dword i's low
@@ -165,12 +183,11 @@ AF_TARGET_AVX512 static AF_INLINE void r_block(uint32_t t, const uint8_t *const 
                       t3 = _mm512_unpackhi_epi32(a[2], a[3]);
         const __m512i P[4] = {_mm512_unpacklo_epi64(t0, t2), _mm512_unpackhi_epi64(t0, t2),
                               _mm512_unpacklo_epi64(t1, t3), _mm512_unpackhi_epi64(t1, t3)};
-        const __m512i m4 = _mm512_set1_epi8(0xF);
-#pragma GCC unroll 4
-        for (int i = 0; i < 4; i++) {
-            T[i] = _mm512_and_si512(P[i], m4);
-            T[4 + i] = _mm512_and_si512(_mm512_srli_epi16(P[i], 4), m4);
+        if (Pout) {
+            memcpy(Pout, P, sizeof P);
+            return;
         }
+        r_split(P, NULL, 0, T);
         return;
     }
     __m512i a[8], tt[8], u[8];
@@ -206,7 +223,6 @@ AF_TARGET_AVX512 static AF_INLINE void r_block(uint32_t t, const uint8_t *const 
          * where the element's qh bit is set: element 4i + k (16 + 4i + k) takes bit k of
          * nibble i % 2 of qh's byte i / 2 (2 + i / 2), copied to the dword's bytes. */
         const __m512i qh = _mm512_permutex2var_epi64(u[0], lo_idx, u[4]);
-        const __m512i m4 = _mm512_set1_epi8(0xF), sixteen = _mm512_set1_epi8(16);
         const __m512i nib[2] = {_mm512_set1_epi32(0x08040201), _mm512_set1_epi32((int)0x80402010)};
         __m512i by[4];
 #pragma GCC unroll 4
@@ -214,19 +230,23 @@ AF_TARGET_AVX512 static AF_INLINE void r_block(uint32_t t, const uint8_t *const 
             by[j] = _mm512_shuffle_epi8(
                 qh, _mm512_add_epi8(_mm512_set1_epi8((char)j),
                                     _mm512_set4_epi32(0x0C0C0C0C, 0x08080808, 0x04040404, 0)));
+        __m512i P[4];
+        __mmask64 K[8];
 #pragma GCC unroll 4
         for (int i = 0; i < 4; i++) {
-            const __m512i p = i == 0   ? _mm512_permutex2var_epi64(u[1], lo_idx, u[5])
-                              : i == 1 ? _mm512_permutex2var_epi64(u[2], lo_idx, u[6])
-                              : i == 2 ? _mm512_permutex2var_epi64(u[3], lo_idx, u[7])
-                                       : _mm512_permutex2var_epi64(u[0], hi_idx, u[4]);
-            const __m512i lo = _mm512_and_si512(p, m4);
-            const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(p, 4), m4);
-            T[i] =
-                _mm512_mask_add_epi8(lo, _mm512_test_epi8_mask(by[i / 2], nib[i % 2]), lo, sixteen);
-            T[4 + i] = _mm512_mask_add_epi8(hi, _mm512_test_epi8_mask(by[2 + i / 2], nib[i % 2]),
-                                            hi, sixteen);
+            P[i] = i == 0   ? _mm512_permutex2var_epi64(u[1], lo_idx, u[5])
+                   : i == 1 ? _mm512_permutex2var_epi64(u[2], lo_idx, u[6])
+                   : i == 2 ? _mm512_permutex2var_epi64(u[3], lo_idx, u[7])
+                            : _mm512_permutex2var_epi64(u[0], hi_idx, u[4]);
+            K[i] = _mm512_test_epi8_mask(by[i / 2], nib[i % 2]);
+            K[4 + i] = _mm512_test_epi8_mask(by[2 + i / 2], nib[i % 2]);
         }
+        if (Pout) {
+            memcpy(Pout, P, sizeof P);
+            memcpy(Kout, K, sizeof K);
+            return;
+        }
+        r_split(P, K, 1, T);
         return;
     }
 #pragma GCC unroll 4
@@ -234,6 +254,12 @@ AF_TARGET_AVX512 static AF_INLINE void r_block(uint32_t t, const uint8_t *const 
         T[d] = _mm512_permutex2var_epi64(u[d], lo_idx, u[4 + d]);
         T[4 + d] = _mm512_permutex2var_epi64(u[d], hi_idx, u[4 + d]);
     }
+}
+
+AF_TARGET_AVX512 static AF_INLINE void r_block(uint32_t t, const uint8_t *const *rp, int64_t b,
+                                               __m512i T[8])
+{
+    r_block_parts(t, rp, b, T, NULL, NULL);
 }
 
 /* The 16 rows' scales of blocks b .. b + 3, D[q] lane j = row j's scale of block b + q: two
@@ -538,6 +564,162 @@ AF_TARGET_AVX512 static AF_INLINE void r_matmul(uint32_t t, quant_vec_dot_fn dot
     }
 }
 
+/* ---- Packed weights ----------------------------------------------------------------------
+ * The packed form (quant_pack): 16-row groups, the last padded with copies of the last row. A
+ * group holds its blocks in pairs (b, b + 1), each pair the size of the 16 rows' two blocks: the
+ * two blocks' transposed quants, then their extras, then their 16 fp16 scales each:
+ *   Q8_0: T[0..7], the unsigned bytes (512 bytes a block);
+ *   Q4_0: the packed nibbles P[0..3] (256);
+ *   Q5_0: P[0..3] (256), and as extras the fifth-bit masks K[0..7] of r_split (64).
+ * A pair is a multiple of 64 bytes, so every block's quants are aligned to a cache line; an odd
+ * last block takes a whole pair. A call loads what r_block computes, so the bits are those of
+ * the row-major kernels. */
+
+/* Offsets of block b's quants, extras and scales in its group; the bytes of a pair. */
+static inline size_t r_ppair(uint32_t t)
+{
+    return 32 * r_bsz(t);
+}
+
+static inline void r_poffs(uint32_t t, int64_t b, size_t *oq, size_t *oe, size_t *os)
+{
+    const size_t qb = t == GGML_TYPE_Q8_0 ? 512 : 256, eb = t == GGML_TYPE_Q5_0 ? 64 : 0;
+    const size_t base = (size_t)(b / 2) * r_ppair(t), odd = (size_t)(b & 1);
+    *oq = base + odd * qb;
+    *oe = base + 2 * qb + odd * eb;
+    *os = base + 2 * (qb + eb) + odd * 32;
+}
+
+/* The bytes of a packed group of nb blocks. */
+static inline size_t r_pgroup(uint32_t t, int64_t nb)
+{
+    return (size_t)((nb + 1) / 2) * r_ppair(t);
+}
+
+AF_TARGET_AVX512 static void r_pack_rows(uint32_t t, const uint8_t *W, size_t wbytes, int64_t rows,
+                                         int64_t k, uint8_t *out)
+{
+    const int64_t nb = k / QK;
+    const size_t bsz = r_bsz(t), gbytes = r_pgroup(t, nb);
+    for (int64_t g = 0; 16 * g < rows; g++) {
+        const uint8_t *rp[16];
+        for (int j = 0; j < 16; j++) {
+            const int64_t r = 16 * g + j < rows ? 16 * g + j : rows - 1;
+            rp[j] = W + (size_t)r * wbytes;
+        }
+        uint8_t *og = out + (size_t)g * gbytes;
+        memset(og, 0, gbytes); /* an odd last block's unused half */
+        for (int64_t b = 0; b < nb; b++) {
+            size_t oq, oe, os;
+            r_poffs(t, b, &oq, &oe, &os);
+            __m512i T[8], P[4];
+            __mmask64 K[8];
+            if (t == GGML_TYPE_Q8_0) {
+                r_block(t, rp, b, T);
+                for (int i = 0; i < 8; i++)
+                    _mm512_storeu_si512(og + oq + 64 * i, T[i]);
+            } else {
+                r_block_parts(t, rp, b, T, P, K);
+                for (int i = 0; i < 4; i++)
+                    _mm512_storeu_si512(og + oq + 64 * i, P[i]);
+                if (t == GGML_TYPE_Q5_0)
+                    memcpy(og + oe, K, sizeof K);
+            }
+            for (int j = 0; j < 16; j++) /* each block starts with its fp16 scale */
+                memcpy(og + os + 2 * j, rp[j] + (size_t)b * bsz, 2);
+        }
+    }
+}
+
+/* Block b of a packed group: what r_block and the scale loads give for the 16 rows. */
+AF_TARGET_AVX512 static AF_INLINE void r_pblock(uint32_t t, const uint8_t *og, int64_t b,
+                                                __m512i T[8], __m512 *D)
+{
+    size_t oq, oe, os;
+    r_poffs(t, b, &oq, &oe, &os);
+    if (t == GGML_TYPE_Q8_0) {
+#pragma GCC unroll 8
+        for (int i = 0; i < 8; i++)
+            T[i] = _mm512_load_si512(og + oq + 64 * i);
+    } else {
+        __m512i P[4];
+        __mmask64 K[8];
+#pragma GCC unroll 4
+        for (int i = 0; i < 4; i++)
+            P[i] = _mm512_load_si512(og + oq + 64 * i);
+        if (t == GGML_TYPE_Q5_0)
+            memcpy(K, og + oe, sizeof K);
+        r_split(P, K, t == GGML_TYPE_Q5_0, T);
+    }
+    *D = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(og + os)));
+}
+
+/* r_fly on a packed group pg (64-byte aligned). */
+AF_TARGET_AVX512 static AF_INLINE void r_pfly(uint32_t t, int nc, const uint8_t *pg,
+                                              const uint8_t *next, size_t lines, size_t per,
+                                              int64_t b0, int64_t kc, const uint8_t *X,
+                                              size_t xbytes, const struct r_x *xs, int64_t c0,
+                                              int first, float *out, int64_t ldo, __mmask16 mk)
+{
+    __m512 acc[R_C];
+#pragma GCC unroll 8
+    for (int c = 0; c < nc; c++)
+        acc[c] = first ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(mk, out + c * ldo);
+    for (int64_t b = 0; b < kc; b++) {
+        if (c0 == 0) /* the first pass of the token chunk; the others find the group in L2 */
+            r_prefetch(next, lines, per, b);
+        __m512i T[8];
+        __m512 D;
+        r_pblock(t, pg, b0 + b, T, &D);
+#pragma GCC unroll 8
+        for (int c = 0; c < nc; c++) {
+            const struct blk_q8_0 *xb = (const struct blk_q8_0 *)(X + (size_t)c * xbytes) + b0 + b;
+            const int64_t i = (c0 + c) * xs->ld + b;
+            acc[c] = r_token(T, D, xb->qs, xs->corr[i], xs->d[i], acc[c]);
+        }
+    }
+#pragma GCC unroll 8
+    for (int c = 0; c < nc; c++)
+        _mm512_mask_storeu_ps(out + c * ldo, mk, acc[c]);
+}
+
+/* r_matmul on the packed form P of a rows x k weight; r0 is a multiple of 16. */
+AF_TARGET_AVX512 static AF_INLINE void r_pmatmul(uint32_t t, const void *P, int64_t rows, int64_t k,
+                                                 const void *X, size_t xbytes, int64_t m,
+                                                 float *out, int64_t ldo, int64_t r0, int64_t r1)
+{
+    const int64_t nb = k / QK;
+    const size_t gbytes = r_pgroup(t, nb), lines = gbytes / 64;
+    struct r_x xs;
+    const uint8_t *Xb = X, *Pb = P;
+    (void)rows;
+    const int64_t tcmax = m <= R_FLY_MAX ? R_FLY_MAX : R_TC;
+    const int64_t kcmax = m <= R_FLY_MAX ? R_XN / R_FLY_MAX : R_KC;
+    for (int64_t j0 = 0; j0 < m; j0 += tcmax) {
+        const int64_t tc = m - j0 < tcmax ? m - j0 : tcmax;
+        const uint8_t *Xc = Xb + (size_t)j0 * xbytes;
+        for (int64_t b0 = 0; b0 < nb; b0 += kcmax) {
+            const int64_t kc = nb - b0 < kcmax ? nb - b0 : kcmax;
+            const size_t per = (lines + (size_t)kc - 1) / (size_t)kc;
+            r_prep_x(t, Xc, xbytes, tc, b0, kc, &xs);
+            for (int64_t r = r0; r < r1; r += 16) {
+                const int nr = r1 - r < 16 ? (int)(r1 - r) : 16;
+                const __mmask16 mk = (__mmask16)(nr == 16 ? 0xFFFF : (1u << nr) - 1);
+                const uint8_t *pg = Pb + (size_t)(r / 16) * gbytes;
+                for (int64_t c0 = 0; c0 < tc; c0 += R_C) {
+                    const int nc = tc - c0 < R_C ? (int)(tc - c0) : R_C;
+                    float *oc = out + (j0 + c0) * ldo + r;
+#define R_PFLY(n)                                                                                  \
+    r_pfly(t, n, pg, pg + gbytes, lines, per, b0, kc, Xc + (size_t)c0 * xbytes, xbytes, &xs, c0,   \
+           b0 == 0, oc, ldo, mk)
+                    R_CASES(R_PFLY)
+#undef R_PFLY
+                }
+            }
+        }
+    }
+}
+
 #define R_ENTRIES(name, T)                                                                         \
     AF_TARGET_AVX512 float quant_avx512_dot_##name(int64_t n, const void *w, const void *x)        \
     {                                                                                              \
@@ -548,6 +730,19 @@ AF_TARGET_AVX512 static AF_INLINE void r_matmul(uint32_t t, quant_vec_dot_fn dot
         float *out, int64_t ldo, int64_t r0, int64_t r1)                                           \
     {                                                                                              \
         r_matmul(T, quant_avx512_dot_##name, W, wbytes, k, X, xbytes, m, out, ldo, r0, r1);        \
+    }                                                                                              \
+    AF_TARGET_AVX512 size_t quant_avx512_pack_##name(const void *W, size_t wbytes, int64_t rows,   \
+                                                     int64_t k, void *out)                         \
+    {                                                                                              \
+        if (out)                                                                                   \
+            r_pack_rows(T, W, wbytes, rows, k, out);                                               \
+        return (size_t)((rows + 15) / 16) * r_pgroup(T, k / QK);                                   \
+    }                                                                                              \
+    AF_TARGET_AVX512 void quant_avx512_matmul_packed_##name(                                       \
+        const void *P, int64_t rows, int64_t k, const void *X, size_t xbytes, int64_t m,           \
+        float *out, int64_t ldo, int64_t r0, int64_t r1)                                           \
+    {                                                                                              \
+        r_pmatmul(T, P, rows, k, X, xbytes, m, out, ldo, r0, r1);                                  \
     }
 
 R_ENTRIES(q8_0, GGML_TYPE_Q8_0)

@@ -23,6 +23,8 @@ static void merge(const struct quant_kernels *const *layers, int n)
             if (layers[i]->matmul[t] || layers[i]->vec_dot[t]) {
                 k.matmul[t] = layers[i]->matmul[t];
                 k.m1_invariant[t] = layers[i]->m1_invariant[t];
+                k.pack[t] = layers[i]->pack[t];
+                k.matmul_packed[t] = layers[i]->matmul_packed[t];
             }
         }
         if (layers[i]->axpy)
@@ -165,4 +167,29 @@ int quant_matmul_ranges_per_thread(uint32_t t, int64_t m)
     if (m >= 2 && packs)
         return 1;
     return m <= 2 ? 16 : 4;
+}
+
+size_t quant_packed_bytes(uint32_t t, int64_t rows, int64_t k)
+{
+    if (t >= GGML_TYPE_COUNT || !kernels()->pack[t] || rows <= 0 || k <= 0 ||
+        k % quant_block_elems(t) != 0)
+        return 0;
+    return kernels()->pack[t](NULL, quant_row_bytes(t, k), rows, k, NULL);
+}
+
+void quant_pack(uint32_t t, const void *W, int64_t rows, int64_t k, void *P)
+{
+    (void)kernels()->pack[t](W, quant_row_bytes(t, k), rows, k, P);
+}
+
+int quant_matmul_packed(uint32_t t, const void *P, int64_t rows, int64_t k, const void *X,
+                        int64_t m, float *out, int64_t ldo, int64_t r0, int64_t r1)
+{
+    const struct quant_kernels *ks = kernels();
+    if (t >= GGML_TYPE_COUNT || !ks->matmul_packed[t] || r0 % 16 != 0)
+        return -1;
+    if (r1 > r0 && m > 0)
+        ks->matmul_packed[t](P, rows, k, X, quant_row_bytes(quant_vec_dot_type(t), k), m, out, ldo,
+                             r0, r1);
+    return 0;
 }

@@ -77,6 +77,13 @@ typedef float (*quant_vec_dot_fn)(int64_t n, const void *w, const void *x);
 typedef void (*quant_matmul_fn)(const void *W, size_t wbytes, int64_t k, const void *X,
                                 size_t xbytes, int64_t m, float *out, int64_t ldo, int64_t r0,
                                 int64_t r1);
+/* A weight in the packed form of the kernels that read it (quant_pack): rows x k of W (rows
+ * wbytes apart) into out (64-byte aligned), or with out NULL nothing; returns the packed bytes.
+ * And the matmul on that form, r0 a multiple of 16. */
+typedef size_t (*quant_pack_fn)(const void *W, size_t wbytes, int64_t rows, int64_t k, void *out);
+typedef void (*quant_matmul_packed_fn)(const void *P, int64_t rows, int64_t k, const void *X,
+                                       size_t xbytes, int64_t m, float *out, int64_t ldo,
+                                       int64_t r0, int64_t r1);
 
 struct quant_kernels {
     const char *name;
@@ -84,6 +91,9 @@ struct quant_kernels {
     quant_matmul_fn matmul[GGML_TYPE_COUNT];
     /* 1 where matmul's m = 1 has the bits of every batch size (quant_matmul_m1_invariant) */
     unsigned char m1_invariant[GGML_TYPE_COUNT];
+    /* the packed form these matmul kernels read, with its bits (quant_pack); NULL: none */
+    quant_pack_fn pack[GGML_TYPE_COUNT];
+    quant_matmul_packed_fn matmul_packed[GGML_TYPE_COUNT];
     void (*axpy)(int64_t n, float a, const float *x, float *y);
     quant_axpy_rows_fn axpy_rows;
     quant_scores_fn scores;
@@ -128,6 +138,19 @@ void quant_avx512_matmul_q4_0(const void *W, size_t wbytes, int64_t k, const voi
                               int64_t m, float *out, int64_t ldo, int64_t r0, int64_t r1);
 void quant_avx512_matmul_q5_0(const void *W, size_t wbytes, int64_t k, const void *X, size_t xbytes,
                               int64_t m, float *out, int64_t ldo, int64_t r0, int64_t r1);
+
+size_t quant_avx512_pack_q8_0(const void *W, size_t wbytes, int64_t rows, int64_t k, void *out);
+size_t quant_avx512_pack_q4_0(const void *W, size_t wbytes, int64_t rows, int64_t k, void *out);
+size_t quant_avx512_pack_q5_0(const void *W, size_t wbytes, int64_t rows, int64_t k, void *out);
+void quant_avx512_matmul_packed_q8_0(const void *P, int64_t rows, int64_t k, const void *X,
+                                     size_t xbytes, int64_t m, float *out, int64_t ldo, int64_t r0,
+                                     int64_t r1);
+void quant_avx512_matmul_packed_q4_0(const void *P, int64_t rows, int64_t k, const void *X,
+                                     size_t xbytes, int64_t m, float *out, int64_t ldo, int64_t r0,
+                                     int64_t r1);
+void quant_avx512_matmul_packed_q5_0(const void *P, int64_t rows, int64_t k, const void *X,
+                                     size_t xbytes, int64_t m, float *out, int64_t ldo, int64_t r0,
+                                     int64_t r1);
 
 /* The AVX-512 Q4_K / Q5_K / Q6_K kernels with 16 rows in the lanes (quant_avx512_k.c): one chain
  * per output for every batch size, the vec_dot included. */
