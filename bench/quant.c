@@ -77,31 +77,29 @@ static int n_pre = 64;
 static void bench_type(uint32_t t, const char *isa, const float *fw, const float *fx, double min_ms)
 {
     size_t wb = quant_row_bytes(t, K), xb = quant_row_bytes(quant_vec_dot_type(t), K);
-    /* aligned as the engine aligns its packed weights (a size multiple of 64 here) */
-    uint8_t *W = aligned_alloc(64, wb * ROWS * (size_t)n_copies), *X = malloc(xb * (size_t)n_pre);
+    /* one copy: the rows, or their packed form (a little larger where blocks go in pairs),
+     * 64-byte aligned as the engine aligns it */
+    const size_t wsize = ((packed ? quant_packed_bytes(t, ROWS, K) : wb * ROWS) + 63) / 64 * 64;
+    uint8_t *W = aligned_alloc(64, wsize * (size_t)n_copies), *X = malloc(xb * (size_t)n_pre);
+    uint8_t *rows = malloc(wb * ROWS);
     float *out = malloc(sizeof(float) * ROWS * (size_t)n_pre);
-    if (!W || !X || !out) {
+    if (!W || !X || !rows || !out) {
         fprintf(stderr, "out of memory\n");
         exit(1);
     }
     for (int r = 0; r < ROWS; r++)
-        quant_quantize_row(t, fw + (size_t)r * K, W + (size_t)r * wb, K);
-    if (packed) { /* ROWS is a multiple of 16 and the blocks even: the rows' size */
-        uint8_t *P = aligned_alloc(64, wb * ROWS);
-        if (!P) {
-            fprintf(stderr, "out of memory\n");
-            exit(1);
-        }
-        quant_pack(t, W, ROWS, K, P);
-        memcpy(W, P, wb * ROWS);
-        free(P);
-    }
+        quant_quantize_row(t, fw + (size_t)r * K, rows + (size_t)r * wb, K);
+    if (packed)
+        quant_pack(t, rows, ROWS, K, W);
+    else
+        memcpy(W, rows, wb * ROWS);
+    free(rows);
     for (int c = 1; c < n_copies; c++)
-        memcpy(W + (size_t)c * wb * ROWS, W, wb * ROWS);
+        memcpy(W + (size_t)c * wsize, W, wsize);
     for (int j = 0; j < n_pre; j++)
         quant_prepare_act(t, fx + (size_t)j * K, X + (size_t)j * xb, K);
-    double s1 = time_matmul(t, W, wb * ROWS, X, 1, out, min_ms);
-    double s64 = time_matmul(t, W, wb * ROWS, X, n_pre, out, min_ms);
+    double s1 = time_matmul(t, W, wsize, X, 1, out, min_ms);
+    double s64 = time_matmul(t, W, wsize, X, n_pre, out, min_ms);
     double g1 = 2.0 * ROWS * K / s1 / 1e9, g64 = 2.0 * ROWS * K * n_pre / s64 / 1e9;
     printf("%-5s %-7s %9.2f %9.2f %9.2f %11.0f\n", quant_type_name(t), isa, g1,
            (double)(wb * ROWS) / s1 / 1e9, g64, 2.0 * g64 / GFLOP_PER_TOKEN);

@@ -207,12 +207,18 @@ const struct quant_kernels quant_kernels_avx512 = {
             [GGML_TYPE_Q4_0] = quant_avx512_pack_q4_0,
             [GGML_TYPE_Q5_0] = quant_avx512_pack_q5_0,
             [GGML_TYPE_Q8_0] = quant_avx512_pack_q8_0,
+            [GGML_TYPE_Q4_K] = quant_avx512_pack_q4_k,
+            [GGML_TYPE_Q5_K] = quant_avx512_pack_q5_k,
+            [GGML_TYPE_Q6_K] = quant_avx512_pack_q6_k,
         },
     .matmul_packed =
         {
             [GGML_TYPE_Q4_0] = quant_avx512_matmul_packed_q4_0,
             [GGML_TYPE_Q5_0] = quant_avx512_matmul_packed_q5_0,
             [GGML_TYPE_Q8_0] = quant_avx512_matmul_packed_q8_0,
+            [GGML_TYPE_Q4_K] = quant_avx512_matmul_packed_q4_k,
+            [GGML_TYPE_Q5_K] = quant_avx512_matmul_packed_q5_k,
+            [GGML_TYPE_Q6_K] = quant_avx512_matmul_packed_q6_k,
         },
     .m1_invariant = {[GGML_TYPE_Q4_0] = 1,
                      [GGML_TYPE_Q5_0] = 1,

@@ -137,50 +137,10 @@ AF_TARGET_AVX512 static AF_INLINE __m512i bits(__m512i v, int shift, int mask)
     return _mm512_and_si512(_mm512_srli_epi32(v, shift), _mm512_set1_epi32(mask));
 }
 
-/* Block b of the 16 rows rp[0..15] into B. */
-AF_TARGET_AVX512 static AF_INLINE void k_unpack(int kind, const uint8_t *const *rp, int64_t b,
-                                                struct k_blk *B)
+/* Q4_K / Q5_K: d, dmin, the scales and the mins of the 16 rows from their first 16 bytes
+ * transposed (P[0]: d and dmin, P[1..3]: the 12 scale bytes). */
+AF_TARGET_AVX512 static AF_INLINE void k_hdr4(const __m512i P[4], struct k_blk *B)
 {
-    const size_t o = (size_t)b * k_bsz(kind);
-    const __m512i m4 = _mm512_set1_epi8(0xF);
-    if (kind == KIND_Q6K) {
-        __m512i P[4];
-        k_t16(rp, o + offsetof(struct blk_q6_k, scales), P);
-#pragma GCC unroll 16
-        for (int s = 0; s < 16; s++) /* the signed scale bytes, sign-extended */
-            B->sc[s] = _mm512_srai_epi32(_mm512_slli_epi32(P[s / 4], 24 - 8 * (s % 4)), 24);
-        uint16_t d16[16];
-        for (int r = 0; r < 16; r++)
-            memcpy(&d16[r], rp[r] + o + offsetof(struct blk_q6_k, d), sizeof d16[r]);
-        B->d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)d16));
-        B->dmin = _mm512_setzero_ps();
-        const __m512i m30 = _mm512_set1_epi8(0x30);
-#pragma GCC unroll 2
-        for (int h = 0; h < 2; h++) {
-            /* group 4h + g: ql[64h + 32 (g & 1) + l]'s nibble g / 2, and bits 2g, 2g + 1 of
-             * qh[32h + l] as bits 4 and 5 */
-            __m512i L0[8], L1[8], H[8];
-            k_t32(rp, o + offsetof(struct blk_q6_k, ql) + 64 * (size_t)h, L0);
-            k_t32(rp, o + offsetof(struct blk_q6_k, ql) + 64 * (size_t)h + 32, L1);
-            k_t32(rp, o + offsetof(struct blk_q6_k, qh) + 32 * (size_t)h, H);
-#pragma GCC unroll 8
-            for (int i = 0; i < 8; i++) {
-                __m512i *w = &B->w[32 * h + i];
-                w[0] = _mm512_or_si512(_mm512_and_si512(L0[i], m4),
-                                       _mm512_and_si512(_mm512_slli_epi16(H[i], 4), m30));
-                w[8] = _mm512_or_si512(_mm512_and_si512(L1[i], m4),
-                                       _mm512_and_si512(_mm512_slli_epi16(H[i], 2), m30));
-                w[16] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(L0[i], 4), m4),
-                                        _mm512_and_si512(H[i], m30));
-                w[24] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(L1[i], 4), m4),
-                                        _mm512_and_si512(_mm512_srli_epi16(H[i], 2), m30));
-            }
-        }
-        return;
-    }
-    /* Q4_K / Q5_K: the first 16 bytes are d, dmin and the 12 scale bytes */
-    __m512i P[4];
-    k_t16(rp, o, P);
     B->d = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(P[0]));
     B->dmin = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(P[0], 16)));
     __m512i mn[8];
@@ -196,31 +156,107 @@ AF_TARGET_AVX512 static AF_INLINE void k_unpack(int kind, const uint8_t *const *
 #pragma GCC unroll 4
     for (int i = 0; i < 4; i++)
         B->mn[i] = _mm512_or_si512(mn[2 * i], _mm512_slli_epi32(mn[2 * i + 1], 16));
+}
+
+/* Q6_K: the 16 signed scale bytes of the 16 rows, transposed (P[i]: scales 4i..4i+3). */
+AF_TARGET_AVX512 static AF_INLINE void k_sc6(const __m512i P[4], struct k_blk *B)
+{
+#pragma GCC unroll 16
+    for (int s = 0; s < 16; s++) /* sign-extended */
+        B->sc[s] = _mm512_srai_epi32(_mm512_slli_epi32(P[s / 4], 24 - 8 * (s % 4)), 24);
+}
+
+/* Q4_K / Q5_K: groups 2c and 2c + 1 from the transposed packed nibbles Q of chunk c, plus 16
+ * where K5[0][i] (K5[1][i]) selects a byte (Q5_K's fifth bits; NULL for Q4_K). */
+AF_TARGET_AVX512 static AF_INLINE void k_lev4(const __m512i Q[8], __mmask64 (*K5)[8], int c,
+                                              struct k_blk *B)
+{
+    const __m512i m4 = _mm512_set1_epi8(0xF), sixteen = _mm512_set1_epi8(16);
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; i++) {
+        __m512i lo = _mm512_and_si512(Q[i], m4);
+        __m512i hi = _mm512_and_si512(_mm512_srli_epi16(Q[i], 4), m4);
+        if (K5) {
+            lo = _mm512_mask_add_epi8(lo, K5[0][i], lo, sixteen);
+            hi = _mm512_mask_add_epi8(hi, K5[1][i], hi, sixteen);
+        }
+        B->w[16 * c + i] = lo;
+        B->w[16 * c + 8 + i] = hi;
+    }
+}
+
+/* Q6_K: group G = 4h + g from the transposed ql chunk L (ql + 64h + 32 (g & 1)), its nibble
+ * g / 2, plus 16 and 32 where K[0][i] and K[1][i] select a byte (the two bits of qh). */
+AF_TARGET_AVX512 static AF_INLINE void k_lev6(const __m512i L[8], __mmask64 (*K)[8], int G,
+                                              struct k_blk *B)
+{
+    const __m512i m4 = _mm512_set1_epi8(0xF);
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; i++) {
+        __m512i v = (G % 4) < 2 ? _mm512_and_si512(L[i], m4)
+                                : _mm512_and_si512(_mm512_srli_epi16(L[i], 4), m4);
+        v = _mm512_mask_add_epi8(v, K[0][i], v, _mm512_set1_epi8(16));
+        v = _mm512_mask_add_epi8(v, K[1][i], v, _mm512_set1_epi8(32));
+        B->w[8 * G + i] = v;
+    }
+}
+
+/* The bytes of the 16 rows whose bit `bit` is set, per transposed register. */
+AF_TARGET_AVX512 static AF_INLINE void k_masks(const __m512i H[8], int bit, __mmask64 K[8])
+{
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; i++)
+        K[i] = _mm512_test_epi8_mask(H[i], _mm512_set1_epi8((char)(1 << bit)));
+}
+
+/* Block b of the 16 rows rp[0..15] into B. */
+AF_TARGET_AVX512 static AF_INLINE void k_unpack(int kind, const uint8_t *const *rp, int64_t b,
+                                                struct k_blk *B)
+{
+    const size_t o = (size_t)b * k_bsz(kind);
+    __m512i P[4];
+    if (kind == KIND_Q6K) {
+        k_t16(rp, o + offsetof(struct blk_q6_k, scales), P);
+        k_sc6(P, B);
+        uint16_t d16[16];
+        for (int r = 0; r < 16; r++)
+            memcpy(&d16[r], rp[r] + o + offsetof(struct blk_q6_k, d), sizeof d16[r]);
+        B->d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)d16));
+        B->dmin = _mm512_setzero_ps();
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+            __m512i L[2][8], H[8];
+            k_t32(rp, o + offsetof(struct blk_q6_k, ql) + 64 * (size_t)h, L[0]);
+            k_t32(rp, o + offsetof(struct blk_q6_k, ql) + 64 * (size_t)h + 32, L[1]);
+            k_t32(rp, o + offsetof(struct blk_q6_k, qh) + 32 * (size_t)h, H);
+#pragma GCC unroll 4
+            for (int g = 0; g < 4; g++) { /* bits 2g and 2g + 1 of qh[32h + l] */
+                __mmask64 K[2][8];
+                k_masks(H, 2 * g, K[0]);
+                k_masks(H, 2 * g + 1, K[1]);
+                k_lev6(L[g & 1], K, 4 * h + g, B);
+            }
+        }
+        return;
+    }
+    /* Q4_K / Q5_K: the first 16 bytes are d, dmin and the 12 scale bytes */
+    k_t16(rp, o, P);
+    k_hdr4(P, B);
     const size_t qs =
         o + (kind == KIND_Q5K ? offsetof(struct blk_q5_k, qs) : offsetof(struct blk_q4_k, qs));
     __m512i QH[8];
     if (kind == KIND_Q5K)
         k_t32(rp, o + offsetof(struct blk_q5_k, qh), QH);
 #pragma GCC unroll 4
-    for (int c = 0; c < 4; c++) { /* groups 2c (low nibbles) and 2c + 1 (high) */
+    for (int c = 0; c < 4; c++) { /* bit g of qh byte l: the fifth bit of group g's element l */
         __m512i Q[8];
+        __mmask64 K[2][8];
         k_t32(rp, qs + 32 * (size_t)c, Q);
-#pragma GCC unroll 8
-        for (int i = 0; i < 8; i++) {
-            __m512i lo = _mm512_and_si512(Q[i], m4);
-            __m512i hi = _mm512_and_si512(_mm512_srli_epi16(Q[i], 4), m4);
-            if (kind == KIND_Q5K) { /* bit g of qh byte l: the fifth bit of group g's element l */
-                const __m512i sixteen = _mm512_set1_epi8(16);
-                lo = _mm512_mask_add_epi8(
-                    lo, _mm512_test_epi8_mask(QH[i], _mm512_set1_epi8((char)(1 << (2 * c)))), lo,
-                    sixteen);
-                hi = _mm512_mask_add_epi8(
-                    hi, _mm512_test_epi8_mask(QH[i], _mm512_set1_epi8((char)(1 << (2 * c + 1)))),
-                    hi, sixteen);
-            }
-            B->w[16 * c + i] = lo;
-            B->w[16 * c + 8 + i] = hi;
+        if (kind == KIND_Q5K) {
+            k_masks(QH, 2 * c, K[0]);
+            k_masks(QH, 2 * c + 1, K[1]);
         }
+        k_lev4(Q, kind == KIND_Q5K ? K : NULL, c, B);
     }
 }
 
@@ -502,6 +538,199 @@ AF_TARGET_AVX512 static AF_INLINE void k_matmul(int kind, quant_vec_dot_fn dot, 
     }
 }
 
+/* ---- Packed weights ----------------------------------------------------------------------
+ * The packed form (quant_pack): 16-row groups, the last padded with copies of the last row;
+ * per block of the 16 rows, what k_unpack reads, transposed once, and the fifth / high bits as
+ * byte masks (as many bits as qh has), in the size of the rows' own blocks:
+ *   Q4_K: the 16 header bytes (d, dmin, scales) transposed, P[0..3] (256 bytes); the packed
+ *         nibbles of chunk c, Q[0..7], for c = 0..3 (2048): 2304 = 16 x 144;
+ *   Q5_K: the same, then the masks of group g's fifth bits, K[g][0..7] (512): 2816 = 16 x 176;
+ *   Q6_K: ql, half h, chunk j (ql + 64h + 32j), L[0..7] (2048); the masks of group G's two
+ *         high bits, K[G][0..1][0..7] (1024); the scale bytes transposed, P[0..3] (256): 3328;
+ *         blocks in pairs, then the pair's 2 x 16 fp16 d (64): 6720 = 32 x 210.
+ * Every offset is a multiple of 64. A call loads what k_unpack computes, with the same bits. */
+
+static inline size_t k_pblk(int kind)
+{
+    return kind == KIND_Q4K ? 2304 : kind == KIND_Q5K ? 2816 : 3328;
+}
+
+/* The bytes of a packed group of nb blocks, and block b's offset in it. */
+static inline size_t k_pgroup(int kind, int64_t nb)
+{
+    return kind == KIND_Q6K ? (size_t)((nb + 1) / 2) * 6720 : (size_t)nb * k_pblk(kind);
+}
+
+static inline size_t k_poff(int kind, int64_t b)
+{
+    return kind == KIND_Q6K ? (size_t)(b / 2) * 6720 + (size_t)(b & 1) * 3328
+                            : (size_t)b * k_pblk(kind);
+}
+
+AF_TARGET_AVX512 static AF_INLINE void store_regs(uint8_t *o, const __m512i *v, int n)
+{
+    for (int i = 0; i < n; i++)
+        _mm512_store_si512(o + 64 * i, v[i]);
+}
+
+AF_TARGET_AVX512 static void k_pack_rows(int kind, const uint8_t *W, size_t wbytes, int64_t rows,
+                                         int64_t k, uint8_t *out)
+{
+    const int64_t nb = k / QK_K;
+    const size_t gbytes = k_pgroup(kind, nb);
+    for (int64_t g = 0; 16 * g < rows; g++) {
+        const uint8_t *rp[16];
+        for (int j = 0; j < 16; j++) {
+            const int64_t r = 16 * g + j < rows ? 16 * g + j : rows - 1;
+            rp[j] = W + (size_t)r * wbytes;
+        }
+        uint8_t *og = out + (size_t)g * gbytes;
+        memset(og, 0, gbytes); /* an odd last Q6_K block's unused half */
+        for (int64_t b = 0; b < nb; b++) {
+            uint8_t *ob = og + k_poff(kind, b);
+            const size_t o = (size_t)b * k_bsz(kind);
+            __m512i P[4], R[8], H[8];
+            if (kind == KIND_Q6K) {
+                for (int h = 0; h < 2; h++) {
+                    for (int j = 0; j < 2; j++) {
+                        k_t32(rp,
+                              o + offsetof(struct blk_q6_k, ql) + 64 * (size_t)h + 32 * (size_t)j,
+                              R);
+                        store_regs(ob + 1024 * h + 512 * j, R, 8);
+                    }
+                    k_t32(rp, o + offsetof(struct blk_q6_k, qh) + 32 * (size_t)h, H);
+                    for (int q = 0; q < 4; q++) {
+                        __mmask64 K[2][8];
+                        k_masks(H, 2 * q, K[0]);
+                        k_masks(H, 2 * q + 1, K[1]);
+                        memcpy(ob + 2048 + 128 * (4 * h + q), K, sizeof K);
+                    }
+                }
+                k_t16(rp, o + offsetof(struct blk_q6_k, scales), P);
+                store_regs(ob + 3072, P, 4);
+                uint8_t *od = og + (size_t)(b / 2) * 6720 + 6656 + 32 * (size_t)(b & 1);
+                for (int r = 0; r < 16; r++)
+                    memcpy(od + 2 * r, rp[r] + o + offsetof(struct blk_q6_k, d), 2);
+                continue;
+            }
+            k_t16(rp, o, P);
+            store_regs(ob, P, 4);
+            const size_t qs = o + (kind == KIND_Q5K ? offsetof(struct blk_q5_k, qs)
+                                                    : offsetof(struct blk_q4_k, qs));
+            for (int c = 0; c < 4; c++) {
+                k_t32(rp, qs + 32 * (size_t)c, R);
+                store_regs(ob + 256 + 512 * c, R, 8);
+            }
+            if (kind == KIND_Q5K) {
+                k_t32(rp, o + offsetof(struct blk_q5_k, qh), H);
+                for (int q = 0; q < 8; q++) {
+                    __mmask64 K[8];
+                    k_masks(H, q, K);
+                    memcpy(ob + 2304 + 64 * q, K, sizeof K);
+                }
+            }
+        }
+    }
+}
+
+/* Block b of a packed group og into B: what k_unpack gives for the 16 rows. */
+AF_TARGET_AVX512 static AF_INLINE void k_pblock(int kind, const uint8_t *og, int64_t b,
+                                                struct k_blk *B)
+{
+    const uint8_t *ob = og + k_poff(kind, b);
+    __m512i P[4], R[8];
+    if (kind == KIND_Q6K) {
+#pragma GCC unroll 4
+        for (int i = 0; i < 4; i++)
+            P[i] = _mm512_load_si512(ob + 3072 + 64 * i);
+        k_sc6(P, B);
+        B->d = _mm512_cvtph_ps(_mm256_load_si256(
+            (const __m256i *)(og + (size_t)(b / 2) * 6720 + 6656 + 32 * (size_t)(b & 1))));
+        B->dmin = _mm512_setzero_ps();
+#pragma GCC unroll 1
+        for (int G = 0; G < 8; G++) { /* group 4h + g: ql chunk (h, g & 1) */
+            const uint8_t *ol = ob + 1024 * (size_t)(G / 4) + 512 * (size_t)(G & 1);
+#pragma GCC unroll 8
+            for (int i = 0; i < 8; i++)
+                R[i] = _mm512_load_si512(ol + 64 * i);
+            __mmask64 K[2][8];
+            memcpy(K, ob + 2048 + 128 * (size_t)G, sizeof K);
+            k_lev6(R, K, G, B);
+        }
+        return;
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++)
+        P[i] = _mm512_load_si512(ob + 64 * i);
+    k_hdr4(P, B);
+#pragma GCC unroll 1
+    for (int c = 0; c < 4; c++) {
+#pragma GCC unroll 8
+        for (int i = 0; i < 8; i++)
+            R[i] = _mm512_load_si512(ob + 256 + 512 * (size_t)c + 64 * i);
+        __mmask64 K[2][8];
+        if (kind == KIND_Q5K)
+            memcpy(K, ob + 2304 + 128 * (size_t)c, sizeof K);
+        k_lev4(R, kind == KIND_Q5K ? K : NULL, c, B);
+    }
+}
+
+/* k_group on a packed group og. */
+AF_TARGET_AVX512 static AF_INLINE void k_pgroup_run(int kind, const uint8_t *og, size_t gbytes,
+                                                    int nr, int64_t b0, int64_t kc,
+                                                    const uint8_t *X, size_t xbytes, int64_t tc,
+                                                    const struct k_x *xs, int first, float *o,
+                                                    int64_t ldo)
+{
+    const uint8_t *next = og + gbytes;
+    const size_t lines = gbytes / 64, per = (lines + (size_t)kc - 1) / (size_t)kc;
+    const __mmask16 mk = (__mmask16)(nr == 16 ? 0xFFFF : (1u << nr) - 1);
+    __m512 acc[K_TC];
+    for (int64_t c = 0; c < tc; c++)
+        acc[c] = first ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(mk, o + c * ldo);
+    struct k_blk B __attribute__((aligned(64)));
+    for (int64_t b = 0; b < kc; b++) {
+        k_prefetch(next, lines, per, b);
+        k_pblock(kind, og, b0 + b, &B);
+        for (int64_t c0 = 0; c0 < tc; c0 += K_C) {
+            const int nc = tc - c0 < K_C ? (int)(tc - c0) : K_C;
+#define K_PASS(n) k_pass(kind, n, &B, X, xbytes, b0, b, xs, c0, acc)
+            K_CASES(K_PASS)
+#undef K_PASS
+        }
+    }
+    for (int64_t c = 0; c < tc; c++)
+        _mm512_mask_storeu_ps(o + c * ldo, mk, acc[c]);
+}
+
+AF_TARGET_AVX512 static AF_INLINE void k_pmatmul(int kind, const void *P, int64_t k, const void *X,
+                                                 size_t xbytes, int64_t m, float *out, int64_t ldo,
+                                                 int64_t r0, int64_t r1)
+{
+    const int64_t nb = k / QK_K;
+    const size_t gbytes = k_pgroup(kind, nb);
+    struct k_x xs;
+    const uint8_t *Xb = X, *Pb = P;
+    const int64_t tcmax = m < K_TC ? m : K_TC, kcmax = K_XN / tcmax;
+    for (int64_t j0 = 0; j0 < m; j0 += tcmax) {
+        const int64_t tc = m - j0 < tcmax ? m - j0 : tcmax;
+        const uint8_t *Xc = Xb + (size_t)j0 * xbytes;
+        for (int64_t b0 = 0; b0 < nb; b0 += kcmax) {
+            const int64_t kc = nb - b0 < kcmax ? nb - b0 : kcmax;
+            xs.ld = kc;
+            for (int64_t c = 0; c < tc; c++)
+                for (int64_t b = 0; b < kc; b++)
+                    k_side1(kind, (const struct blk_q8_k *)(Xc + (size_t)c * xbytes) + b0 + b,
+                            &xs.d[c * kc + b], xs.t[c * kc + b]);
+            for (int64_t r = r0; r < r1; r += 16) {
+                const int nr = r1 - r < 16 ? (int)(r1 - r) : 16;
+                k_pgroup_run(kind, Pb + (size_t)(r / 16) * gbytes, gbytes, nr, b0, kc, Xc, xbytes,
+                             tc, &xs, b0 == 0, out + j0 * ldo + r, ldo);
+            }
+        }
+    }
+}
+
 #define K_ENTRIES(name, KIND)                                                                      \
     AF_TARGET_AVX512 float quant_avx512_dot_##name(int64_t n, const void *w, const void *x)        \
     {                                                                                              \
@@ -512,6 +741,20 @@ AF_TARGET_AVX512 static AF_INLINE void k_matmul(int kind, quant_vec_dot_fn dot, 
         float *out, int64_t ldo, int64_t r0, int64_t r1)                                           \
     {                                                                                              \
         k_matmul(KIND, quant_avx512_dot_##name, W, wbytes, k, X, xbytes, m, out, ldo, r0, r1);     \
+    }                                                                                              \
+    AF_TARGET_AVX512 size_t quant_avx512_pack_##name(const void *W, size_t wbytes, int64_t rows,   \
+                                                     int64_t k, void *out)                         \
+    {                                                                                              \
+        if (out)                                                                                   \
+            k_pack_rows(KIND, W, wbytes, rows, k, out);                                            \
+        return (size_t)((rows + 15) / 16) * k_pgroup(KIND, k / QK_K);                              \
+    }                                                                                              \
+    AF_TARGET_AVX512 void quant_avx512_matmul_packed_##name(                                       \
+        const void *P, int64_t rows, int64_t k, const void *X, size_t xbytes, int64_t m,           \
+        float *out, int64_t ldo, int64_t r0, int64_t r1)                                           \
+    {                                                                                              \
+        (void)rows;                                                                                \
+        k_pmatmul(KIND, P, k, X, xbytes, m, out, ldo, r0, r1);                                     \
     }
 
 K_ENTRIES(q4_k, KIND_Q4K)

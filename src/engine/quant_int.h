@@ -154,6 +154,18 @@ void quant_avx512_matmul_packed_q5_0(const void *P, int64_t rows, int64_t k, con
 
 /* The AVX-512 Q4_K / Q5_K / Q6_K kernels with 16 rows in the lanes (quant_avx512_k.c): one chain
  * per output for every batch size, the vec_dot included. */
+size_t quant_avx512_pack_q4_k(const void *W, size_t wbytes, int64_t rows, int64_t k, void *out);
+size_t quant_avx512_pack_q5_k(const void *W, size_t wbytes, int64_t rows, int64_t k, void *out);
+size_t quant_avx512_pack_q6_k(const void *W, size_t wbytes, int64_t rows, int64_t k, void *out);
+void quant_avx512_matmul_packed_q4_k(const void *P, int64_t rows, int64_t k, const void *X,
+                                     size_t xbytes, int64_t m, float *out, int64_t ldo, int64_t r0,
+                                     int64_t r1);
+void quant_avx512_matmul_packed_q5_k(const void *P, int64_t rows, int64_t k, const void *X,
+                                     size_t xbytes, int64_t m, float *out, int64_t ldo, int64_t r0,
+                                     int64_t r1);
+void quant_avx512_matmul_packed_q6_k(const void *P, int64_t rows, int64_t k, const void *X,
+                                     size_t xbytes, int64_t m, float *out, int64_t ldo, int64_t r0,
+                                     int64_t r1);
 float quant_avx512_dot_q4_k(int64_t n, const void *w, const void *x);
 float quant_avx512_dot_q5_k(int64_t n, const void *w, const void *x);
 float quant_avx512_dot_q6_k(int64_t n, const void *w, const void *x);
