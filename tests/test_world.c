@@ -113,6 +113,69 @@ static void test_same_seed_same_bytes(void **state)
     tmp_remove(&c);
 }
 
+/* Copy drills: the same seed gives the same bytes and another seed others; every line is a
+ * system / user / assistant conversation, and every number of a reply stands in its prompt
+ * (the reply can be copied), except the printed result's, which the prompt states too. */
+static void test_drills(void **state)
+{
+    (void)state;
+    struct tmpdir t = {""};
+    tmp_make(&t);
+    char a[128], b[128], c[128], err[256];
+    snprintf(a, sizeof a, "%s/a.jsonl", t.path);
+    snprintf(b, sizeof b, "%s/b.jsonl", t.path);
+    snprintf(c, sizeof c, "%s/c.jsonl", t.path);
+    assert_int_equal(af_world_drills(a, 2000, 7, err, sizeof err), AF_OK);
+    assert_int_equal(af_world_drills(b, 2000, 7, err, sizeof err), AF_OK);
+    assert_int_equal(af_world_drills(c, 2000, 8, err, sizeof err), AF_OK);
+    char *x = slurp(t.path, "a.jsonl"), *y = slurp(t.path, "b.jsonl"),
+         *z = slurp(t.path, "c.jsonl");
+    assert_string_equal(x, y);
+    assert_true(strcmp(x, z) != 0);
+    free(x);
+    free(y);
+    free(z);
+    json_t *lines = load_lines(t.path, "a.jsonl");
+    assert_int_equal(json_array_size(lines), 2000);
+    int kinds[4] = {0};
+    size_t i;
+    json_t *d;
+    json_array_foreach(lines, i, d)
+    {
+        json_t *m = json_object_get(d, "messages");
+        assert_int_equal(json_array_size(m), 3);
+        const char *u = json_string_value(json_object_get(json_array_get(m, 1), "content"));
+        const char *r = json_string_value(json_object_get(json_array_get(m, 2), "content"));
+        assert_non_null(u);
+        assert_non_null(r);
+        kinds[!strncmp(u, "Repeat", 6)     ? 0
+              : !strncmp(u, "Sub-Goal", 8) ? 1
+              : !strncmp(u, "Facts", 5)    ? 2
+                                           : 3]++;
+        for (const char *p = r; *p;) { /* each run of digits in the reply, found in the prompt */
+            if (*p < '0' || *p > '9') {
+                p++;
+                continue;
+            }
+            size_t n = strspn(p, "0123456789");
+            char num[32];
+            assert_true(n < sizeof num);
+            memcpy(num, p, n);
+            num[n] = 0;
+            if (!strstr(u, num))
+                fail_msg("drill %zu: %s is not in its prompt: %s", i, num, u);
+            p += n;
+        }
+    }
+    for (int k = 0; k < 4; k++) /* each kind about a quarter */
+        assert_true(kinds[k] > 400 && kinds[k] < 600);
+    json_decref(lines);
+    snprintf(a, sizeof a, "%s/no/such/dir/x.jsonl", t.path);
+    assert_int_equal(af_world_drills(a, 10, 7, err, sizeof err), AF_EIO);
+    assert_non_null(strstr(err, "no/such/dir"));
+    tmp_remove(&t);
+}
+
 /* The first records of the seed-1 world, as written. A change here changes every world, the
  * shipped model's training data included: update the golden file only on purpose. */
 static void test_golden_slice(void **state)
@@ -926,6 +989,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_same_seed_same_bytes),
+        cmocka_unit_test(test_drills),
         cmocka_unit_test(test_golden_slice),
         cmocka_unit_test(test_gold_answers_score),
         cmocka_unit_test(test_splits_disjoint),

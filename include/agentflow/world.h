@@ -51,6 +51,15 @@ struct af_llm;
 struct af_llm *af_world_expert_new(const char *dir, double noise, uint64_t seed, char *err,
                                    size_t errlen);
 
+/* Writes n copy drills to `path` (chat JSONL for `train sft`, through a temporary file and a
+ * rename): short conversations whose replies repeat numbers from their prompts, in the flow's
+ * shapes (a sub-goal's expression into a Python call, a printed result into an answer, one
+ * value picked out of several facts, a list repeated). They teach a model trained from
+ * scratch to copy digits from its context (docs/WORLD.md has what they did).
+ * The same seed writes the same bytes. Fails with AF_EIO naming the file. */
+AF_NODISCARD int af_world_drills(const char *path, size_t n, uint64_t seed, char *err,
+                                 size_t errlen);
+
 /* The world's benchmark names, NULL-terminated. Static; do not free. */
 const char *const *af_world_benchmarks(void);
 

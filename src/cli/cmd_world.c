@@ -17,6 +17,7 @@ static void world_usage(FILE *f)
             "usage: agentflow world build --out DIR [--seed S] [--max-train N] [--max-val N]\n"
             "                             [--max-test N] [--no-index]\n"
             "       agentflow world traces --world DIR --out FILE ... (world traces --help)\n"
+            "       agentflow world drills --out FILE [--n 40000] [--seed 7]\n"
             "\n"
             "Generates a practice world: an encyclopedia of about 2,160 fictional people,\n"
             "places, organisations and works, and four question families over it, each with\n"
@@ -39,16 +40,21 @@ static void world_usage(FILE *f)
             "  --seed S       the world (default 1)\n"
             "  --max-train N  items per family in the train split (default 4000); --max-val\n"
             "                 (default 200) and --max-test (default 300) likewise\n"
+            "\n"
+            "drills writes copy drills for `train sft`: short conversations whose replies\n"
+            "repeat numbers from their prompts (a sub-goal's expression into a Python call, a\n"
+            "printed result into an answer, one value among several facts, a list). They\n"
+            "teach a model trained from scratch to copy digits from its context.\n"
             "Exit codes: 0 ok, 2 usage, 4 an output file could not be written.\n");
 }
 
-static int parse_count(const char *flag, const char *v, size_t *out)
+static int parse_count(const char *cmd, const char *flag, const char *v, size_t *out)
 {
     char *end = NULL;
     errno = 0;
     unsigned long long n = strtoull(v, &end, 10);
     if (!*v || *end || errno || v[0] == '-' || n > 1000000) {
-        fprintf(stderr, "agentflow world build: %s takes 0 to 1000000 (got '%s')\n", flag, v);
+        fprintf(stderr, "agentflow world %s: %s takes 0 to 1000000 (got '%s')\n", cmd, flag, v);
         return CLI_EUSAGE;
     }
     *out = (size_t)n;
@@ -71,19 +77,19 @@ static int world_build(int argc, char **argv)
             out = v, i++;
         } else if (v && strcmp(a, "--seed") == 0) {
             size_t s;
-            if ((rc = parse_count(a, v, &s)) != CLI_OK)
+            if ((rc = parse_count("build", a, v, &s)) != CLI_OK)
                 return rc;
             p.seed = s, i++;
         } else if (v && strcmp(a, "--max-train") == 0) {
-            if ((rc = parse_count(a, v, &p.max_train)) != CLI_OK)
+            if ((rc = parse_count("build", a, v, &p.max_train)) != CLI_OK)
                 return rc;
             i++;
         } else if (v && strcmp(a, "--max-val") == 0) {
-            if ((rc = parse_count(a, v, &p.max_val)) != CLI_OK)
+            if ((rc = parse_count("build", a, v, &p.max_val)) != CLI_OK)
                 return rc;
             i++;
         } else if (v && strcmp(a, "--max-test") == 0) {
-            if ((rc = parse_count(a, v, &p.max_test)) != CLI_OK)
+            if ((rc = parse_count("build", a, v, &p.max_test)) != CLI_OK)
                 return rc;
             i++;
         } else {
@@ -124,8 +130,48 @@ static int world_build(int argc, char **argv)
     return CLI_OK;
 }
 
+static int world_drills(int argc, char **argv)
+{
+    const char *out = NULL;
+    size_t n = 40000, seed = 7;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (i + 1 >= argc) {
+            fprintf(stderr, "agentflow world drills: %s needs a value (or is unknown)\n", a);
+            return CLI_EUSAGE;
+        }
+        const char *v = argv[++i];
+        int rc = CLI_OK;
+        if (!strcmp(a, "--out"))
+            out = v;
+        else if (!strcmp(a, "--n"))
+            rc = parse_count("drills", "--n", v, &n);
+        else if (!strcmp(a, "--seed"))
+            rc = parse_count("drills", "--seed", v, &seed);
+        else {
+            fprintf(stderr, "agentflow world drills: unknown option %s\n", a);
+            return CLI_EUSAGE;
+        }
+        if (rc)
+            return rc;
+    }
+    if (!out) {
+        fprintf(stderr, "agentflow world drills: --out FILE is required\n");
+        return CLI_EUSAGE;
+    }
+    char err[1024];
+    if (af_world_drills(out, n, (uint64_t)seed, err, sizeof err)) {
+        fprintf(stderr, "agentflow world drills: %s\n", err);
+        return CLI_EINPUT;
+    }
+    fprintf(stderr, "wrote %zu drills to %s\n", n, out);
+    return CLI_OK;
+}
+
 int cmd_world(int argc, char **argv)
 {
+    if (argc >= 2 && strcmp(argv[1], "drills") == 0)
+        return world_drills(argc - 1, argv + 1);
     if (argc >= 2 && strcmp(argv[1], "build") == 0)
         return world_build(argc - 1, argv + 1);
     if (argc >= 2 && strcmp(argv[1], "traces") == 0)
