@@ -4,12 +4,15 @@
  *
  * Why a copy and not in place: the row-major tensors live in the model file's read-only mapping
  * and are still read as rows (the embedding lookup, training, merging). The copy is about the
- * weights' size; the file's pages stay in the page cache, clean and reclaimable.
+ * weights' size; the file's pages of the packed rows are released from the process (they stay
+ * in the page cache, clean, and come back if read), so the resident size stays about the
+ * weights' once.
  */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include "engine/model.h"
 #include "engine/quant.h"
@@ -34,6 +37,22 @@ static size_t matmul_weights(struct model *m, struct weight **ws, size_t cap)
 static size_t packed_size(const struct weight *w)
 {
     return (quant_packed_bytes(w->type, w->n_out, w->n_in) + 63) / 64 * 64;
+}
+
+/* The file pages of a packed weight's rows leave this process's memory (they were all read by
+ * the load's checks and the packing): a read-only private mapping of the file gives them back
+ * from the page cache when rows are read again (the embedding's, a tied head's, training's).
+ * Only whole pages inside the tensor; the quantized types come from the file only (a GGUF). */
+static void release_rows(const struct weight *w)
+{
+    const long pg = sysconf(_SC_PAGESIZE);
+    if (pg <= 0)
+        return;
+    const uintptr_t a = (uintptr_t)w->data, e = a + w->row_bytes * (size_t)w->n_out;
+    const uintptr_t lo = (a + (uintptr_t)pg - 1) / (uintptr_t)pg * (uintptr_t)pg;
+    const uintptr_t hi = e / (uintptr_t)pg * (uintptr_t)pg;
+    if (hi > lo)
+        (void)madvise((void *)lo, hi - lo, MADV_DONTNEED);
 }
 
 size_t model_pack(struct model *m)
@@ -68,10 +87,15 @@ size_t model_pack(struct model *m)
     }
     for (size_t i = 1; i < n; i++)
         off[i] = off[i - 1] + packed_size(ws[i - 1]);
+        /* each weight's rows released as soon as they are packed, so that the two copies are not
+         * resident at once */
 #pragma omp parallel for schedule(dynamic, 1)
     for (size_t i = 0; i < n; i++)
-        if (packed_size(ws[i]))
+        if (packed_size(ws[i])) {
             quant_pack(ws[i]->type, ws[i]->data, ws[i]->n_out, ws[i]->n_in, (char *)map + off[i]);
+            if (m->gguf)
+                release_rows(ws[i]);
+        }
     for (size_t i = 0; i < n; i++)
         ws[i]->packed = packed_size(ws[i]) ? (const char *)map + off[i] : NULL;
     free(off);
