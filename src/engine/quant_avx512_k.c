@@ -418,34 +418,6 @@ AF_TARGET_AVX512 static AF_INLINE void k_prefetch(const uint8_t *next, size_t li
         _mm_prefetch((const char *)next + 64 * l, _MM_HINT_T0);
 }
 
-#define K_CASES(CALL)                                                                              \
-    switch (nc) {                                                                                  \
-    case 1:                                                                                        \
-        CALL(1);                                                                                   \
-        break;                                                                                     \
-    case 2:                                                                                        \
-        CALL(2);                                                                                   \
-        break;                                                                                     \
-    case 3:                                                                                        \
-        CALL(3);                                                                                   \
-        break;                                                                                     \
-    case 4:                                                                                        \
-        CALL(4);                                                                                   \
-        break;                                                                                     \
-    case 5:                                                                                        \
-        CALL(5);                                                                                   \
-        break;                                                                                     \
-    case 6:                                                                                        \
-        CALL(6);                                                                                   \
-        break;                                                                                     \
-    case 7:                                                                                        \
-        CALL(7);                                                                                   \
-        break;                                                                                     \
-    default:                                                                                       \
-        CALL(8);                                                                                   \
-        break;                                                                                     \
-    }
-
 /* Tokens c0 .. c0 + nc - 1 of the chunk against B (block b of the k chunk). */
 AF_TARGET_AVX512 static AF_INLINE void k_pass(int kind, int nc, const struct k_blk *B,
                                               const uint8_t *X, size_t xbytes, int64_t b0,
@@ -470,72 +442,6 @@ AF_TARGET_AVX512 static AF_INLINE void k_pass(int kind, int nc, const struct k_b
 #pragma GCC unroll 8
     for (int c = 0; c < nc; c++)
         acc[c0 + c] = a[c];
-}
-
-/* Rows [r, r + nr) (nr <= 16) against the token chunk (tc tokens) over blocks [b0, b0 + kc):
- * each block of the 16 rows is unpacked once and meets every token. */
-AF_TARGET_AVX512 static AF_INLINE void k_group(int kind, const uint8_t *W, size_t wbytes, int64_t r,
-                                               int nr, int64_t b0, int64_t kc, const uint8_t *X,
-                                               size_t xbytes, int64_t tc, const struct k_x *xs,
-                                               int first, float *out, int64_t ldo)
-{
-    const uint8_t *rp[16];
-    for (int j = 0; j < 16; j++) /* rows past the end repeat the last; they are not stored */
-        rp[j] = W + (size_t)(r + (j < nr ? j : nr - 1)) * wbytes;
-    const uint8_t *next = W + (size_t)(r + 16) * wbytes;
-    const size_t lines = 16 * wbytes / 64, per = (lines + (size_t)kc - 1) / (size_t)kc;
-    const __mmask16 mk = (__mmask16)(nr == 16 ? 0xFFFF : (1u << nr) - 1);
-    float *o = out + r;
-    __m512 acc[K_TC];
-    for (int64_t c = 0; c < tc; c++)
-        acc[c] = first ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(mk, o + c * ldo);
-    struct k_blk B __attribute__((aligned(64)));
-    for (int64_t b = 0; b < kc; b++) {
-        k_prefetch(next, lines, per, b);
-        k_unpack(kind, rp, b0 + b, &B);
-        for (int64_t c0 = 0; c0 < tc; c0 += K_C) {
-            const int nc = tc - c0 < K_C ? (int)(tc - c0) : K_C;
-#define K_PASS(n) k_pass(kind, n, &B, X, xbytes, b0, b, xs, c0, acc)
-            K_CASES(K_PASS)
-#undef K_PASS
-        }
-    }
-    for (int64_t c = 0; c < tc; c++)
-        _mm512_mask_storeu_ps(o + c * ldo, mk, acc[c]);
-}
-
-AF_TARGET_AVX512 static AF_INLINE void k_matmul(int kind, quant_vec_dot_fn dot, const void *W,
-                                                size_t wbytes, int64_t k, const void *X,
-                                                size_t xbytes, int64_t m, float *out, int64_t ldo,
-                                                int64_t r0, int64_t r1)
-{
-    const int64_t nb = k / QK_K;
-    if (nb == 0) {
-        quant_matmul_loop(dot, W, wbytes, k, X, xbytes, m, out, ldo, r0, r1);
-        return;
-    }
-    struct k_x xs;
-    const uint8_t *Xb = X;
-    /* Token chunks as long as K_TC; k chunks as long as the side terms allow (a decode of a
-     * few tokens streams each row group once over the whole row). */
-    const int64_t tcmax = m < K_TC ? m : K_TC, kcmax = K_XN / tcmax;
-    for (int64_t j0 = 0; j0 < m; j0 += tcmax) {
-        const int64_t tc = m - j0 < tcmax ? m - j0 : tcmax;
-        const uint8_t *Xc = Xb + (size_t)j0 * xbytes;
-        for (int64_t b0 = 0; b0 < nb; b0 += kcmax) {
-            const int64_t kc = nb - b0 < kcmax ? nb - b0 : kcmax;
-            xs.ld = kc;
-            for (int64_t c = 0; c < tc; c++)
-                for (int64_t b = 0; b < kc; b++)
-                    k_side1(kind, (const struct blk_q8_k *)(Xc + (size_t)c * xbytes) + b0 + b,
-                            &xs.d[c * kc + b], xs.t[c * kc + b]);
-            for (int64_t r = r0; r < r1; r += 16) {
-                const int nr = r1 - r < 16 ? (int)(r1 - r) : 16;
-                k_group(kind, W, wbytes, r, nr, b0, kc, Xc, xbytes, tc, &xs, b0 == 0,
-                        out + j0 * ldo, ldo);
-            }
-        }
-    }
 }
 
 /* ---- Packed weights ----------------------------------------------------------------------
@@ -675,15 +581,16 @@ AF_TARGET_AVX512 static AF_INLINE void k_pblock(int kind, const uint8_t *og, int
     }
 }
 
-/* k_group on a packed group og. */
-AF_TARGET_AVX512 static AF_INLINE void k_pgroup_run(int kind, const uint8_t *og, size_t gbytes,
-                                                    int nr, int64_t b0, int64_t kc,
-                                                    const uint8_t *X, size_t xbytes, int64_t tc,
-                                                    const struct k_x *xs, int first, float *o,
-                                                    int64_t ldo)
+/* The token chunk (tc tokens) against one group of nr <= 16 rows over blocks [b0, b0 + kc):
+ * each block unpacked once, from the rows rp or from the packed group og, and met by every
+ * token. next, lines: the next group's bytes, prefetched a share a block. */
+AF_TARGET_AVX512 static AF_INLINE void k_run(int kind, const uint8_t *const *rp, const uint8_t *og,
+                                             const uint8_t *next, size_t lines, int nr, int64_t b0,
+                                             int64_t kc, const uint8_t *X, size_t xbytes,
+                                             int64_t tc, const struct k_x *xs, int first, float *o,
+                                             int64_t ldo)
 {
-    const uint8_t *next = og + gbytes;
-    const size_t lines = gbytes / 64, per = (lines + (size_t)kc - 1) / (size_t)kc;
+    const size_t per = (lines + (size_t)kc - 1) / (size_t)kc;
     const __mmask16 mk = (__mmask16)(nr == 16 ? 0xFFFF : (1u << nr) - 1);
     __m512 acc[K_TC];
     for (int64_t c = 0; c < tc; c++)
@@ -691,16 +598,66 @@ AF_TARGET_AVX512 static AF_INLINE void k_pgroup_run(int kind, const uint8_t *og,
     struct k_blk B __attribute__((aligned(64)));
     for (int64_t b = 0; b < kc; b++) {
         k_prefetch(next, lines, per, b);
-        k_pblock(kind, og, b0 + b, &B);
+        if (og)
+            k_pblock(kind, og, b0 + b, &B);
+        else
+            k_unpack(kind, rp, b0 + b, &B);
         for (int64_t c0 = 0; c0 < tc; c0 += K_C) {
             const int nc = tc - c0 < K_C ? (int)(tc - c0) : K_C;
 #define K_PASS(n) k_pass(kind, n, &B, X, xbytes, b0, b, xs, c0, acc)
-            K_CASES(K_PASS)
+            QUANT_NC_CASES(K_PASS)
 #undef K_PASS
         }
     }
     for (int64_t c = 0; c < tc; c++)
         _mm512_mask_storeu_ps(o + c * ldo, mk, acc[c]);
+}
+
+/* Rows [r, r + nr) of the row-major W. */
+AF_TARGET_AVX512 static AF_INLINE void k_group(int kind, const uint8_t *W, size_t wbytes, int64_t r,
+                                               int nr, int64_t b0, int64_t kc, const uint8_t *X,
+                                               size_t xbytes, int64_t tc, const struct k_x *xs,
+                                               int first, float *out, int64_t ldo)
+{
+    const uint8_t *rp[16];
+    for (int j = 0; j < 16; j++) /* rows past the end repeat the last; they are not stored */
+        rp[j] = W + (size_t)(r + (j < nr ? j : nr - 1)) * wbytes;
+    k_run(kind, rp, NULL, W + (size_t)(r + 16) * wbytes, 16 * wbytes / 64, nr, b0, kc, X, xbytes,
+          tc, xs, first, out + r, ldo);
+}
+
+AF_TARGET_AVX512 static AF_INLINE void k_matmul(int kind, quant_vec_dot_fn dot, const void *W,
+                                                size_t wbytes, int64_t k, const void *X,
+                                                size_t xbytes, int64_t m, float *out, int64_t ldo,
+                                                int64_t r0, int64_t r1)
+{
+    const int64_t nb = k / QK_K;
+    if (nb == 0) {
+        quant_matmul_loop(dot, W, wbytes, k, X, xbytes, m, out, ldo, r0, r1);
+        return;
+    }
+    struct k_x xs;
+    const uint8_t *Xb = X;
+    /* Token chunks as long as K_TC; k chunks as long as the side terms allow (a decode of a
+     * few tokens streams each row group once over the whole row). */
+    const int64_t tcmax = m < K_TC ? m : K_TC, kcmax = K_XN / tcmax;
+    for (int64_t j0 = 0; j0 < m; j0 += tcmax) {
+        const int64_t tc = m - j0 < tcmax ? m - j0 : tcmax;
+        const uint8_t *Xc = Xb + (size_t)j0 * xbytes;
+        for (int64_t b0 = 0; b0 < nb; b0 += kcmax) {
+            const int64_t kc = nb - b0 < kcmax ? nb - b0 : kcmax;
+            xs.ld = kc;
+            for (int64_t c = 0; c < tc; c++)
+                for (int64_t b = 0; b < kc; b++)
+                    k_side1(kind, (const struct blk_q8_k *)(Xc + (size_t)c * xbytes) + b0 + b,
+                            &xs.d[c * kc + b], xs.t[c * kc + b]);
+            for (int64_t r = r0; r < r1; r += 16) {
+                const int nr = r1 - r < 16 ? (int)(r1 - r) : 16;
+                k_group(kind, W, wbytes, r, nr, b0, kc, Xc, xbytes, tc, &xs, b0 == 0,
+                        out + j0 * ldo, ldo);
+            }
+        }
+    }
 }
 
 AF_TARGET_AVX512 static AF_INLINE void k_pmatmul(int kind, const void *P, int64_t k, const void *X,
@@ -724,8 +681,11 @@ AF_TARGET_AVX512 static AF_INLINE void k_pmatmul(int kind, const void *P, int64_
                             &xs.d[c * kc + b], xs.t[c * kc + b]);
             for (int64_t r = r0; r < r1; r += 16) {
                 const int nr = r1 - r < 16 ? (int)(r1 - r) : 16;
-                k_pgroup_run(kind, Pb + (size_t)(r / 16) * gbytes, gbytes, nr, b0, kc, Xc, xbytes,
-                             tc, &xs, b0 == 0, out + j0 * ldo + r, ldo);
+                const uint8_t *og = Pb + (size_t)(r / 16) * gbytes, *rp[16];
+                for (int j = 0; j < 16; j++) /* not read: the blocks come from og */
+                    rp[j] = og;
+                k_run(kind, rp, og, og + gbytes, gbytes / 64, nr, b0, kc, Xc, xbytes, tc, &xs,
+                      b0 == 0, out + j0 * ldo + r, ldo);
             }
         }
     }

@@ -449,34 +449,6 @@ AF_TARGET_AVX512 static AF_INLINE void r_packed(int nc, const struct r_pack *P, 
         _mm512_mask_storeu_ps(out + c * ldo, mk, acc[c]);
 }
 
-#define R_CASES(CALL)                                                                              \
-    switch (nc) {                                                                                  \
-    case 1:                                                                                        \
-        CALL(1);                                                                                   \
-        break;                                                                                     \
-    case 2:                                                                                        \
-        CALL(2);                                                                                   \
-        break;                                                                                     \
-    case 3:                                                                                        \
-        CALL(3);                                                                                   \
-        break;                                                                                     \
-    case 4:                                                                                        \
-        CALL(4);                                                                                   \
-        break;                                                                                     \
-    case 5:                                                                                        \
-        CALL(5);                                                                                   \
-        break;                                                                                     \
-    case 6:                                                                                        \
-        CALL(6);                                                                                   \
-        break;                                                                                     \
-    case 7:                                                                                        \
-        CALL(7);                                                                                   \
-        break;                                                                                     \
-    default:                                                                                       \
-        CALL(8);                                                                                   \
-        break;                                                                                     \
-    }
-
 /* Rows [r, r + nr) (nr <= 16) against the token chunk over blocks [b0, b0 + kc). */
 AF_TARGET_AVX512 static AF_INLINE void r_group(uint32_t t, const uint8_t *W, size_t wbytes,
                                                int64_t r, int nr, int64_t b0, int64_t kc,
@@ -505,7 +477,7 @@ AF_TARGET_AVX512 static AF_INLINE void r_group(uint32_t t, const uint8_t *W, siz
             float *oc = o + c0 * ldo;
 #define R_FLY(n)                                                                                   \
     r_fly(t, n, rp, gidx, next, lines, per, b0, kc, Xc, xbytes, xs, c0, first, oc, ldo, mk)
-            R_CASES(R_FLY)
+            QUANT_NC_CASES(R_FLY)
 #undef R_FLY
         }
         return;
@@ -527,7 +499,7 @@ AF_TARGET_AVX512 static AF_INLINE void r_group(uint32_t t, const uint8_t *W, siz
         const uint8_t *Xc = X + (size_t)c0 * xbytes;
         float *oc = o + c0 * ldo;
 #define R_PACKED(n) r_packed(n, P, b0, kc, Xc, xbytes, xs, c0, first, oc, ldo, mk)
-        R_CASES(R_PACKED)
+        QUANT_NC_CASES(R_PACKED)
 #undef R_PACKED
     }
 }
@@ -712,7 +684,7 @@ AF_TARGET_AVX512 static AF_INLINE void r_pmatmul(uint32_t t, const void *P, int6
 #define R_PFLY(n)                                                                                  \
     r_pfly(t, n, pg, pg + gbytes, lines, per, b0, kc, Xc + (size_t)c0 * xbytes, xbytes, &xs, c0,   \
            b0 == 0, oc, ldo, mk)
-                    R_CASES(R_PFLY)
+                    QUANT_NC_CASES(R_PFLY)
 #undef R_PFLY
                 }
             }

@@ -85,6 +85,36 @@ typedef void (*quant_matmul_packed_fn)(const void *P, int64_t rows, int64_t k, c
                                        size_t xbytes, int64_t m, float *out, int64_t ldo,
                                        int64_t r0, int64_t r1);
 
+/* CALL(n) for the register count n = nc (1..8, 8 for more), so that each count gets a copy of
+ * the kernel specialised on it (the 16-row kernels: tokens held in registers). */
+#define QUANT_NC_CASES(CALL)                                                                       \
+    switch (nc) {                                                                                  \
+    case 1:                                                                                        \
+        CALL(1);                                                                                   \
+        break;                                                                                     \
+    case 2:                                                                                        \
+        CALL(2);                                                                                   \
+        break;                                                                                     \
+    case 3:                                                                                        \
+        CALL(3);                                                                                   \
+        break;                                                                                     \
+    case 4:                                                                                        \
+        CALL(4);                                                                                   \
+        break;                                                                                     \
+    case 5:                                                                                        \
+        CALL(5);                                                                                   \
+        break;                                                                                     \
+    case 6:                                                                                        \
+        CALL(6);                                                                                   \
+        break;                                                                                     \
+    case 7:                                                                                        \
+        CALL(7);                                                                                   \
+        break;                                                                                     \
+    default:                                                                                       \
+        CALL(8);                                                                                   \
+        break;                                                                                     \
+    }
+
 struct quant_kernels {
     const char *name;
     quant_vec_dot_fn vec_dot[GGML_TYPE_COUNT];
