@@ -613,31 +613,21 @@ AF_TARGET_AVX512 static AF_INLINE void k_run(int kind, const uint8_t *const *rp,
         _mm512_mask_storeu_ps(o + c * ldo, mk, acc[c]);
 }
 
-/* Rows [r, r + nr) of the row-major W. */
-AF_TARGET_AVX512 static AF_INLINE void k_group(int kind, const uint8_t *W, size_t wbytes, int64_t r,
-                                               int nr, int64_t b0, int64_t kc, const uint8_t *X,
-                                               size_t xbytes, int64_t tc, const struct k_x *xs,
-                                               int first, float *out, int64_t ldo)
-{
-    const uint8_t *rp[16];
-    for (int j = 0; j < 16; j++) /* rows past the end repeat the last; they are not stored */
-        rp[j] = W + (size_t)(r + (j < nr ? j : nr - 1)) * wbytes;
-    k_run(kind, rp, NULL, W + (size_t)(r + 16) * wbytes, 16 * wbytes / 64, nr, b0, kc, X, xbytes,
-          tc, xs, first, out + r, ldo);
-}
-
+/* The matmul on the row-major W (rows wbytes apart), or with P set on its packed form. */
 AF_TARGET_AVX512 static AF_INLINE void k_matmul(int kind, quant_vec_dot_fn dot, const void *W,
-                                                size_t wbytes, int64_t k, const void *X,
-                                                size_t xbytes, int64_t m, float *out, int64_t ldo,
-                                                int64_t r0, int64_t r1)
+                                                size_t wbytes, const void *P, int64_t k,
+                                                const void *X, size_t xbytes, int64_t m, float *out,
+                                                int64_t ldo, int64_t r0, int64_t r1)
 {
     const int64_t nb = k / QK_K;
     if (nb == 0) {
-        quant_matmul_loop(dot, W, wbytes, k, X, xbytes, m, out, ldo, r0, r1);
+        if (!P)
+            quant_matmul_loop(dot, W, wbytes, k, X, xbytes, m, out, ldo, r0, r1);
         return;
     }
+    const size_t gbytes = k_pgroup(kind, nb);
     struct k_x xs;
-    const uint8_t *Xb = X;
+    const uint8_t *Xb = X, *Wb = W, *Pb = P;
     /* Token chunks as long as K_TC; k chunks as long as the side terms allow (a decode of a
      * few tokens streams each row group once over the whole row). */
     const int64_t tcmax = m < K_TC ? m : K_TC, kcmax = K_XN / tcmax;
@@ -653,39 +643,12 @@ AF_TARGET_AVX512 static AF_INLINE void k_matmul(int kind, quant_vec_dot_fn dot, 
                             &xs.d[c * kc + b], xs.t[c * kc + b]);
             for (int64_t r = r0; r < r1; r += 16) {
                 const int nr = r1 - r < 16 ? (int)(r1 - r) : 16;
-                k_group(kind, W, wbytes, r, nr, b0, kc, Xc, xbytes, tc, &xs, b0 == 0,
-                        out + j0 * ldo, ldo);
-            }
-        }
-    }
-}
-
-AF_TARGET_AVX512 static AF_INLINE void k_pmatmul(int kind, const void *P, int64_t k, const void *X,
-                                                 size_t xbytes, int64_t m, float *out, int64_t ldo,
-                                                 int64_t r0, int64_t r1)
-{
-    const int64_t nb = k / QK_K;
-    const size_t gbytes = k_pgroup(kind, nb);
-    struct k_x xs;
-    const uint8_t *Xb = X, *Pb = P;
-    const int64_t tcmax = m < K_TC ? m : K_TC, kcmax = K_XN / tcmax;
-    for (int64_t j0 = 0; j0 < m; j0 += tcmax) {
-        const int64_t tc = m - j0 < tcmax ? m - j0 : tcmax;
-        const uint8_t *Xc = Xb + (size_t)j0 * xbytes;
-        for (int64_t b0 = 0; b0 < nb; b0 += kcmax) {
-            const int64_t kc = nb - b0 < kcmax ? nb - b0 : kcmax;
-            xs.ld = kc;
-            for (int64_t c = 0; c < tc; c++)
-                for (int64_t b = 0; b < kc; b++)
-                    k_side1(kind, (const struct blk_q8_k *)(Xc + (size_t)c * xbytes) + b0 + b,
-                            &xs.d[c * kc + b], xs.t[c * kc + b]);
-            for (int64_t r = r0; r < r1; r += 16) {
-                const int nr = r1 - r < 16 ? (int)(r1 - r) : 16;
-                const uint8_t *og = Pb + (size_t)(r / 16) * gbytes, *rp[16];
-                for (int j = 0; j < 16; j++) /* not read: the blocks come from og */
-                    rp[j] = og;
-                k_run(kind, rp, og, og + gbytes, gbytes / 64, nr, b0, kc, Xc, xbytes, tc, &xs,
-                      b0 == 0, out + j0 * ldo + r, ldo);
+                const uint8_t *rp[16], *og = Pb ? Pb + (size_t)(r / 16) * gbytes : NULL;
+                for (int j = 0; j < 16; j++) /* rows past the end repeat the last, not stored */
+                    rp[j] = og ? og : Wb + (size_t)(r + (j < nr ? j : nr - 1)) * wbytes;
+                const uint8_t *next = og ? og + gbytes : Wb + (size_t)(r + 16) * wbytes;
+                k_run(kind, rp, og, next, (og ? gbytes : 16 * wbytes) / 64, nr, b0, kc, Xc, xbytes,
+                      tc, &xs, b0 == 0, out + j0 * ldo + r, ldo);
             }
         }
     }
@@ -700,7 +663,8 @@ AF_TARGET_AVX512 static AF_INLINE void k_pmatmul(int kind, const void *P, int64_
         const void *W, size_t wbytes, int64_t k, const void *X, size_t xbytes, int64_t m,          \
         float *out, int64_t ldo, int64_t r0, int64_t r1)                                           \
     {                                                                                              \
-        k_matmul(KIND, quant_avx512_dot_##name, W, wbytes, k, X, xbytes, m, out, ldo, r0, r1);     \
+        k_matmul(KIND, quant_avx512_dot_##name, W, wbytes, NULL, k, X, xbytes, m, out, ldo, r0,    \
+                 r1);                                                                              \
     }                                                                                              \
     AF_TARGET_AVX512 size_t quant_avx512_pack_##name(const void *W, size_t wbytes, int64_t rows,   \
                                                      int64_t k, void *out)                         \
@@ -714,7 +678,7 @@ AF_TARGET_AVX512 static AF_INLINE void k_pmatmul(int kind, const void *P, int64_
         float *out, int64_t ldo, int64_t r0, int64_t r1)                                           \
     {                                                                                              \
         (void)rows;                                                                                \
-        k_pmatmul(KIND, P, k, X, xbytes, m, out, ldo, r0, r1);                                     \
+        k_matmul(KIND, NULL, NULL, 0, P, k, X, xbytes, m, out, ldo, r0, r1);                       \
     }
 
 K_ENTRIES(q4_k, KIND_Q4K)
