@@ -35,6 +35,8 @@
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 
+#include "engine/quant_avx512_t16.h"
+
 #define AF_TARGET_AVX512                                                                           \
     __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")))
 #define AF_INLINE inline __attribute__((always_inline))
@@ -84,52 +86,13 @@ AF_TARGET_AVX512 static AF_INLINE __m256i load32(const void *p)
 /* 32 bytes at offset o of the 16 rows rp[0..15]: T[i] lane r = dword i of row r's bytes. */
 AF_TARGET_AVX512 static AF_INLINE void k_t32(const uint8_t *const *rp, size_t o, __m512i T[8])
 {
-    __m512i a[8], tt[8], u[8];
+    __m512i a[8], u[8];
 #pragma GCC unroll 8
     for (int j = 0; j < 8; j++) /* 128-bit lanes: row j dwords 0-3, 4-7, row j + 8 the same */
         a[j] =
             _mm512_inserti64x4(_mm512_castsi256_si512(load32(rp[j] + o)), load32(rp[j + 8] + o), 1);
-#pragma GCC unroll 2
-    for (int h = 0; h < 8; h += 4) {
-        tt[h + 0] = _mm512_unpacklo_epi32(a[h + 0], a[h + 1]);
-        tt[h + 1] = _mm512_unpackhi_epi32(a[h + 0], a[h + 1]);
-        tt[h + 2] = _mm512_unpacklo_epi32(a[h + 2], a[h + 3]);
-        tt[h + 3] = _mm512_unpackhi_epi32(a[h + 2], a[h + 3]);
-        u[h + 0] = _mm512_unpacklo_epi64(tt[h + 0], tt[h + 2]);
-        u[h + 1] = _mm512_unpackhi_epi64(tt[h + 0], tt[h + 2]);
-        u[h + 2] = _mm512_unpacklo_epi64(tt[h + 1], tt[h + 3]);
-        u[h + 3] = _mm512_unpackhi_epi64(tt[h + 1], tt[h + 3]);
-    }
-    /* u[d] (u[4 + d]): rows 0-3 (4-7) dword d, the same rows dword 4 + d, rows 8-11 (12-15)
-     * dword d, the same rows dword 4 + d. */
-    const __m512i lo_idx = _mm512_set_epi64(13, 12, 5, 4, 9, 8, 1, 0);
-    const __m512i hi_idx = _mm512_set_epi64(15, 14, 7, 6, 11, 10, 3, 2);
-#pragma GCC unroll 4
-    for (int d = 0; d < 4; d++) {
-        T[d] = _mm512_permutex2var_epi64(u[d], lo_idx, u[4 + d]);
-        T[4 + d] = _mm512_permutex2var_epi64(u[d], hi_idx, u[4 + d]);
-    }
-}
-
-/* 16 bytes at offset o of the 16 rows: P[i] lane r = dword i of row r's bytes. */
-AF_TARGET_AVX512 static AF_INLINE void k_t16(const uint8_t *const *rp, size_t o, __m512i P[4])
-{
-    __m512i a[4];
-#pragma GCC unroll 4
-    for (int q = 0; q < 4; q++) /* 128-bit lane L of a[q]: row 4L + q */
-        a[q] = _mm512_inserti32x4(
-            _mm512_inserti32x4(
-                _mm512_inserti32x4(
-                    _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(rp[q] + o))),
-                    _mm_loadu_si128((const __m128i *)(rp[4 + q] + o)), 1),
-                _mm_loadu_si128((const __m128i *)(rp[8 + q] + o)), 2),
-            _mm_loadu_si128((const __m128i *)(rp[12 + q] + o)), 3);
-    const __m512i t0 = _mm512_unpacklo_epi32(a[0], a[1]), t1 = _mm512_unpackhi_epi32(a[0], a[1]);
-    const __m512i t2 = _mm512_unpacklo_epi32(a[2], a[3]), t3 = _mm512_unpackhi_epi32(a[2], a[3]);
-    P[0] = _mm512_unpacklo_epi64(t0, t2);
-    P[1] = _mm512_unpackhi_epi64(t0, t2);
-    P[2] = _mm512_unpacklo_epi64(t1, t3);
-    P[3] = _mm512_unpackhi_epi64(t1, t3);
+    q16_unpack(a, u);
+    q16_finish(u, T);
 }
 
 AF_TARGET_AVX512 static AF_INLINE __m512i bits(__m512i v, int shift, int mask)
@@ -216,7 +179,7 @@ AF_TARGET_AVX512 static AF_INLINE void k_unpack(int kind, const uint8_t *const *
     const size_t o = (size_t)b * k_bsz(kind);
     __m512i P[4];
     if (kind == KIND_Q6K) {
-        k_t16(rp, o + offsetof(struct blk_q6_k, scales), P);
+        q16_t16(rp, o + offsetof(struct blk_q6_k, scales), P);
         k_sc6(P, B);
         uint16_t d16[16];
         for (int r = 0; r < 16; r++)
@@ -240,7 +203,7 @@ AF_TARGET_AVX512 static AF_INLINE void k_unpack(int kind, const uint8_t *const *
         return;
     }
     /* Q4_K / Q5_K: the first 16 bytes are d, dmin and the 12 scale bytes */
-    k_t16(rp, o, P);
+    q16_t16(rp, o, P);
     k_hdr4(P, B);
     const size_t qs =
         o + (kind == KIND_Q5K ? offsetof(struct blk_q5_k, qs) : offsetof(struct blk_q4_k, qs));
@@ -512,14 +475,14 @@ AF_TARGET_AVX512 static void k_pack_rows(int kind, const uint8_t *W, size_t wbyt
                         memcpy(ob + 2048 + 128 * (4 * h + q), K, sizeof K);
                     }
                 }
-                k_t16(rp, o + offsetof(struct blk_q6_k, scales), P);
+                q16_t16(rp, o + offsetof(struct blk_q6_k, scales), P);
                 store_regs(ob + 3072, P, 4);
                 uint8_t *od = og + (size_t)(b / 2) * 6720 + 6656 + 32 * (size_t)(b & 1);
                 for (int r = 0; r < 16; r++)
                     memcpy(od + 2 * r, rp[r] + o + offsetof(struct blk_q6_k, d), 2);
                 continue;
             }
-            k_t16(rp, o, P);
+            q16_t16(rp, o, P);
             store_regs(ob, P, 4);
             const size_t qs = o + (kind == KIND_Q5K ? offsetof(struct blk_q5_k, qs)
                                                     : offsetof(struct blk_q4_k, qs));

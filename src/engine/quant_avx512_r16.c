@@ -33,6 +33,8 @@
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 
+#include "engine/quant_avx512_t16.h"
+
 #define AF_TARGET_AVX512                                                                           \
     __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")))
 #define AF_INLINE inline __attribute__((always_inline))
@@ -167,22 +169,8 @@ AF_TARGET_AVX512 static AF_INLINE void r_block_parts(uint32_t t, const uint8_t *
         /* Transpose the packed nibbles (4 dwords a row), then split them: dword i's low
          * nibbles are elements 4i..4i+3, its high ones 16+4i..16+4i+3 (the token's dword 4+i). */
         const size_t o = (size_t)b * sizeof(struct blk_q4_0) + 2;
-        __m512i a[4];
-#pragma GCC unroll 4
-        for (int q = 0; q < 4; q++) /* 128-bit lane L of a[q]: row 4L + q */
-            a[q] = _mm512_inserti32x4(
-                _mm512_inserti32x4(
-                    _mm512_inserti32x4(
-                        _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(rp[q] + o))),
-                        _mm_loadu_si128((const __m128i *)(rp[4 + q] + o)), 1),
-                    _mm_loadu_si128((const __m128i *)(rp[8 + q] + o)), 2),
-                _mm_loadu_si128((const __m128i *)(rp[12 + q] + o)), 3);
-        const __m512i t0 = _mm512_unpacklo_epi32(a[0], a[1]),
-                      t1 = _mm512_unpackhi_epi32(a[0], a[1]);
-        const __m512i t2 = _mm512_unpacklo_epi32(a[2], a[3]),
-                      t3 = _mm512_unpackhi_epi32(a[2], a[3]);
-        const __m512i P[4] = {_mm512_unpacklo_epi64(t0, t2), _mm512_unpackhi_epi64(t0, t2),
-                              _mm512_unpacklo_epi64(t1, t3), _mm512_unpackhi_epi64(t1, t3)};
+        __m512i P[4];
+        q16_t16(rp, o, P);
         if (Pout) {
             memcpy(Pout, P, sizeof P);
             return;
@@ -190,7 +178,7 @@ AF_TARGET_AVX512 static AF_INLINE void r_block_parts(uint32_t t, const uint8_t *
         r_split(P, NULL, 0, T);
         return;
     }
-    __m512i a[8], tt[8], u[8];
+    __m512i a[8], u[8];
     if (t == GGML_TYPE_Q5_0) {
         /* The 20 bytes of qh and qs (5 dwords a row, masked loads: nothing past the block) */
         const size_t o = (size_t)b * sizeof(struct blk_q5_0) + 2;
@@ -203,26 +191,12 @@ AF_TARGET_AVX512 static AF_INLINE void r_block_parts(uint32_t t, const uint8_t *
         r_pairs(t, rp, b, a);
     }
     /* a[j]'s 128-bit lanes: row j dwords 0-3, 4-7, row j + 8 dwords 0-3, 4-7. */
-#pragma GCC unroll 2
-    for (int h = 0; h < 8; h += 4) {
-        tt[h + 0] = _mm512_unpacklo_epi32(a[h + 0], a[h + 1]);
-        tt[h + 1] = _mm512_unpackhi_epi32(a[h + 0], a[h + 1]);
-        tt[h + 2] = _mm512_unpacklo_epi32(a[h + 2], a[h + 3]);
-        tt[h + 3] = _mm512_unpackhi_epi32(a[h + 2], a[h + 3]);
-        u[h + 0] = _mm512_unpacklo_epi64(tt[h + 0], tt[h + 2]);
-        u[h + 1] = _mm512_unpackhi_epi64(tt[h + 0], tt[h + 2]);
-        u[h + 2] = _mm512_unpacklo_epi64(tt[h + 1], tt[h + 3]);
-        u[h + 3] = _mm512_unpackhi_epi64(tt[h + 1], tt[h + 3]);
-    }
-    /* u[d] (u[4 + d]): rows 0-3 (4-7) dword d, the same rows dword 4 + d, rows 8-11 (12-15)
-     * dword d, the same rows dword 4 + d. */
-    const __m512i lo_idx = _mm512_set_epi64(13, 12, 5, 4, 9, 8, 1, 0);
-    const __m512i hi_idx = _mm512_set_epi64(15, 14, 7, 6, 11, 10, 3, 2);
+    q16_unpack(a, u);
     if (t == GGML_TYPE_Q5_0) {
         /* Dword 0 is qh, dwords 1-4 the packed nibbles; split them as Q4_0's, then add 16
          * where the element's qh bit is set: element 4i + k (16 + 4i + k) takes bit k of
          * nibble i % 2 of qh's byte i / 2 (2 + i / 2), copied to the dword's bytes. */
-        const __m512i qh = _mm512_permutex2var_epi64(u[0], lo_idx, u[4]);
+        const __m512i qh = q16_lo(u[0], u[4]);
         const __m512i nib[2] = {_mm512_set1_epi32(0x08040201), _mm512_set1_epi32((int)0x80402010)};
         __m512i by[4];
 #pragma GCC unroll 4
@@ -234,10 +208,10 @@ AF_TARGET_AVX512 static AF_INLINE void r_block_parts(uint32_t t, const uint8_t *
         __mmask64 K[8];
 #pragma GCC unroll 4
         for (int i = 0; i < 4; i++) {
-            P[i] = i == 0   ? _mm512_permutex2var_epi64(u[1], lo_idx, u[5])
-                   : i == 1 ? _mm512_permutex2var_epi64(u[2], lo_idx, u[6])
-                   : i == 2 ? _mm512_permutex2var_epi64(u[3], lo_idx, u[7])
-                            : _mm512_permutex2var_epi64(u[0], hi_idx, u[4]);
+            P[i] = i == 0   ? q16_lo(u[1], u[5])
+                   : i == 1 ? q16_lo(u[2], u[6])
+                   : i == 2 ? q16_lo(u[3], u[7])
+                            : q16_hi(u[0], u[4]);
             K[i] = _mm512_test_epi8_mask(by[i / 2], nib[i % 2]);
             K[4 + i] = _mm512_test_epi8_mask(by[2 + i / 2], nib[i % 2]);
         }
@@ -249,11 +223,7 @@ AF_TARGET_AVX512 static AF_INLINE void r_block_parts(uint32_t t, const uint8_t *
         r_split(P, K, 1, T);
         return;
     }
-#pragma GCC unroll 4
-    for (int d = 0; d < 4; d++) {
-        T[d] = _mm512_permutex2var_epi64(u[d], lo_idx, u[4 + d]);
-        T[4 + d] = _mm512_permutex2var_epi64(u[d], hi_idx, u[4 + d]);
-    }
+    q16_finish(u, T);
 }
 
 AF_TARGET_AVX512 static AF_INLINE void r_block(uint32_t t, const uint8_t *const *rp, int64_t b,
@@ -346,10 +316,7 @@ AF_TARGET_AVX512 static AF_INLINE __m512i r_sums1(uint32_t t, const uint8_t *con
         _mm512_add_epi32(_mm512_unpacklo_epi64(u[0], u[1]), _mm512_unpackhi_epi64(u[0], u[1]));
     const __m512i v1 =
         _mm512_add_epi32(_mm512_unpacklo_epi64(u[2], u[3]), _mm512_unpackhi_epi64(u[2], u[3]));
-    const __m512i lo_idx = _mm512_set_epi64(13, 12, 5, 4, 9, 8, 1, 0);
-    const __m512i hi_idx = _mm512_set_epi64(15, 14, 7, 6, 11, 10, 3, 2);
-    const __m512i r = _mm512_add_epi32(_mm512_permutex2var_epi64(v0, lo_idx, v1),
-                                       _mm512_permutex2var_epi64(v0, hi_idx, v1));
+    const __m512i r = _mm512_add_epi32(q16_lo(v0, v1), q16_hi(v0, v1));
     return _mm512_add_epi32(r, _mm512_set1_epi32(corr));
 }
 
