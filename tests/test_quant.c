@@ -596,6 +596,48 @@ static void test_avx512_batch_invariant(void **state)
 /* Packed weights (quant_pack, what the engine does at load on AVX-512): quant_matmul_packed
  * gives quant_matmul's bits on the row-major weight, for every batch size and for row ranges
  * split at multiples of 16; 37 rows pad the last group. Under another ISA it declines (-1). */
+/* The AVX-512 activation conversions write the reference's bytes: Gaussian rows at several
+ * scales, a block of zeros, ties of opposite sign for Q8_K's pick, halves to round. */
+static void test_avx512_act_bytes(void **state)
+{
+    (void)state;
+    if (quant_set_isa("avx512") != 0) {
+        printf("AVX-512 VNNI not available on this CPU: skipping\n");
+        skip();
+    }
+    struct rng r = {0xac7};
+    const int64_t k = 4864;
+    const uint32_t types[] = {GGML_TYPE_Q8_0, GGML_TYPE_Q4_K};
+    for (int rep = 0; rep < 40; rep++) {
+        float *x = rand_vec(&r, k, rep % 4 == 0 ? 1e-3f : rep % 4 == 1 ? 3.0f : 40.0f);
+        if (rep % 5 == 1)
+            memset(x + 256, 0, 256 * sizeof *x);
+        if (rep % 5 == 2) {
+            x[300] = -9.0f * (float)(1 + rep); /* the first of the largest magnitude */
+            x[400] = 9.0f * (float)(1 + rep);
+        }
+        if (rep % 5 == 3)
+            for (int64_t i = 0; i < 64; i++)
+                x[i] = (float)(i % 9) - 4.5f; /* exact halves after scaling by 127/amax */
+        for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+            const size_t rb = quant_row_bytes(quant_vec_dot_type(types[ti]), k);
+            char *a = malloc(rb), *b = malloc(rb);
+            assert_int_equal(quant_set_isa("ref"), 0);
+            quant_prepare_act(types[ti], x, a, k);
+            assert_int_equal(quant_set_isa("avx512"), 0);
+            quant_prepare_act(types[ti], x, b, k);
+            for (size_t i = 0; i < rb; i++)
+                if (a[i] != b[i])
+                    fail_msg("%s activations, rep %d: byte %zu differs (%d vs %d)",
+                             quant_type_name(quant_vec_dot_type(types[ti])), rep, i, a[i], b[i]);
+            free(a);
+            free(b);
+        }
+        free(x);
+    }
+    assert_int_equal(quant_set_isa("auto"), 0);
+}
+
 static void test_packed_matmul(void **state)
 {
     (void)state;
@@ -1010,7 +1052,7 @@ int main(void)
         cmocka_unit_test(test_oracle_kquants),     cmocka_unit_test(test_prefill_tiles_32),
         cmocka_unit_test(test_prefill_gemm_float), cmocka_unit_test(test_prefill_gemm_float_avx512),
         cmocka_unit_test(test_prefill_tiles_k),    cmocka_unit_test(test_avx512_batch_invariant),
-        cmocka_unit_test(test_packed_matmul),
+        cmocka_unit_test(test_packed_matmul),      cmocka_unit_test(test_avx512_act_bytes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

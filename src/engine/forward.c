@@ -554,11 +554,21 @@ static void head(struct fwd_ctx *c, int64_t first, int64_t nb, float *logits)
     matmul(c, &m->output, c->xn, nb - first, logits);
 }
 
+/* In chunks without an early exit, which the compiler vectorises (eight rows of logits are
+ * 1.2M floats a decode step). */
 static int all_finite(const float *x, int64_t n)
 {
-    for (int64_t i = 0; i < n; i++)
-        if (!isfinite(x[i]))
+    for (int64_t i0 = 0; i0 < n; i0 += 4096) {
+        const int64_t i1 = n - i0 < 4096 ? n : i0 + 4096;
+        uint32_t bad = 0;
+        for (int64_t i = i0; i < i1; i++) {
+            uint32_t b;
+            memcpy(&b, &x[i], sizeof b);
+            bad |= (b & 0x7f800000u) == 0x7f800000u;
+        }
+        if (bad)
             return 0;
+    }
     return 1;
 }
 

@@ -181,6 +181,8 @@ const struct quant_kernels quant_kernels_avx512 = {
     .silu_mul = quant_silu_mul_avx512,
     .scale_max = quant_scale_max_avx512,
     .scale = quant_scale_avx512,
+    .act_q8_0 = quant_avx512_act_q8_0,
+    .act_q8_k = quant_avx512_act_q8_k,
     .vec_dot =
         {
             [GGML_TYPE_Q4_0] = quant_avx512_dot_q4_0,

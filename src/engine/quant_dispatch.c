@@ -41,6 +41,10 @@ static void merge(const struct quant_kernels *const *layers, int n)
             k.scale_max = layers[i]->scale_max;
         if (layers[i]->scale)
             k.scale = layers[i]->scale;
+        if (layers[i]->act_q8_0)
+            k.act_q8_0 = layers[i]->act_q8_0;
+        if (layers[i]->act_q8_k)
+            k.act_q8_k = layers[i]->act_q8_k;
         k.name = layers[i]->name;
     }
     active = k;
@@ -122,6 +126,17 @@ quant_exp_fn quant_exp_kernel(void)
 quant_silu_mul_fn quant_silu_mul_kernel(void)
 {
     return kernels()->silu_mul;
+}
+
+void quant_prepare_act(uint32_t t, const float *src, void *dst, int64_t n)
+{
+    const uint32_t vt = quant_vec_dot_type(t);
+    if (vt == GGML_TYPE_Q8_0)
+        kernels()->act_q8_0(src, dst, n / QK);
+    else if (vt == GGML_TYPE_Q8_K)
+        kernels()->act_q8_k(src, dst, n / QK_K);
+    else
+        quant_quantize_row(vt, src, dst, n);
 }
 
 quant_scale_max_fn quant_scale_max_kernel(void)

@@ -131,11 +131,17 @@ struct quant_kernels {
     quant_silu_mul_fn silu_mul;
     quant_scale_max_fn scale_max;
     quant_scale_fn scale;
+    /* activations to Q8_0 / Q8_K, nb blocks, the reference's bytes (quant_prepare_act) */
+    void (*act_q8_0)(const float *x, void *y, int64_t nb);
+    void (*act_q8_k)(const float *x, void *y, int64_t nb);
 };
 
 extern const struct quant_kernels quant_kernels_ref;
 extern const struct quant_kernels quant_kernels_avx2;
 extern const struct quant_kernels quant_kernels_avx512;
+
+void quant_avx512_act_q8_0(const float *x, void *y, int64_t nb);
+void quant_avx512_act_q8_k(const float *x, void *y, int64_t nb);
 
 /* The AVX2 float kernels (quant_avx2_float.c), shared with quant_avx2.c's table. */
 float quant_avx2_dot_f32(int64_t n, const void *w, const void *x);

@@ -698,13 +698,14 @@ uint32_t quant_vec_dot_type(uint32_t t)
     }
 }
 
-void quant_prepare_act(uint32_t t, const float *src, void *dst, int64_t n)
+static void act_q8_0_ref(const float *x, void *y, int64_t nb)
 {
-    uint32_t vt = quant_vec_dot_type(t);
-    if (vt == GGML_TYPE_Q8_0)
-        act_q8_0(src, dst, n / QK);
-    else
-        quant_quantize_row(vt, src, dst, n);
+    act_q8_0(x, y, nb);
+}
+
+static void act_q8_k_ref(const float *x, void *y, int64_t nb)
+{
+    quantize_q8_k(x, y, nb);
 }
 
 /* ---- reference dot products -------------------------------------------------------------- */
@@ -950,6 +951,8 @@ const struct quant_kernels quant_kernels_ref = {
     .silu_mul = quant_silu_mul_ref,
     .scale_max = quant_scale_max_ref,
     .scale = quant_scale_ref,
+    .act_q8_0 = act_q8_0_ref,
+    .act_q8_k = act_q8_k_ref,
     .vec_dot =
         {
             [GGML_TYPE_F32] = dot_f32,

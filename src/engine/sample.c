@@ -186,14 +186,23 @@ int32_t sampler_sample(struct sampler *s, float *logits, float *logprob)
     while (best < n - 1 && !(logits[best] == top))
         best++;
     quant_exp_kernel()(n, logits, logits[best], t, s->e);
-    double sum = 0;
-    for (int64_t i = 0; i < n; i++) {
-        s->cands[i].id = (int32_t)i;
-        s->cands[i].p = s->e[i];
-        sum += (double)s->e[i];
-    }
+    /* Eight partial sums in a fixed order: one chain of 150k dependent adds per token cost
+     * about 1 ms a decode step at eight sequences. */
+    double part[8] = {0};
+    int64_t i8 = 0;
+    for (; i8 + 8 <= n; i8 += 8)
+        for (int l = 0; l < 8; l++)
+            part[l] += (double)s->e[i8 + l];
+    for (; i8 < n; i8++)
+        part[i8 % 8] += (double)s->e[i8];
+    const double sum =
+        ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
     int32_t pick = (int32_t)best;
     if (p->temperature > 0) {
+        for (int64_t k = 0; k < n; k++) {
+            s->cands[k].id = (int32_t)k;
+            s->cands[k].p = s->e[k];
+        }
         int64_t m = truncate_set(s, n, sum);
         struct cand *c = s->cands;
         if (p->min_p > 0) {

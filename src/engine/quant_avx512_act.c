@@ -1,0 +1,79 @@
+/*
+ * quant_avx512_act.c - the activations' conversion to Q8_0 and Q8_K before the integer dots,
+ * 16 lanes. Byte for byte what the reference (quant_ref.c) writes: the same float products,
+ * rounded half to even (vcvtps2dq under the default MXCSR is ggml's nearest_int for the
+ * |v| <= 127.5 these reach), the same first-largest-magnitude pick for Q8_K's sign. At eight
+ * decode rows the scalar Q8_K conversion of ffn_down's 4,864 inputs cost about as much as
+ * half that matmul (3.4% of a Q4_K_M decode step).
+ */
+#include <string.h>
+
+#include "engine/quant.h"
+#include "engine/quant_int.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+
+#define AF_TARGET_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,f16c")))
+
+/* The largest |x| of 16 lanes, NaNs left out as the reference's `>` leaves them. */
+AF_TARGET_AVX512 static inline __m512 amax_step(__m512 acc, __m512 x)
+{
+    /* vmaxps returns its second operand when the first is a NaN */
+    return _mm512_max_ps(_mm512_abs_ps(x), acc);
+}
+
+AF_TARGET_AVX512 void quant_avx512_act_q8_0(const float *x, void *dst, int64_t nb)
+{
+    struct blk_q8_0 *y = dst;
+    for (int64_t i = 0; i < nb; i++, x += QK) {
+        const __m512 a = _mm512_loadu_ps(x), b = _mm512_loadu_ps(x + 16);
+        const float amax = _mm512_reduce_max_ps(amax_step(amax_step(_mm512_setzero_ps(), a), b));
+        const float d = amax / 127.f;
+        const float id = amax != 0.0f ? 127.f / amax : 0.0f;
+        y[i].d = quant_f32_to_f16(d);
+        const __m512 vid = _mm512_set1_ps(id);
+        const __m512i qa = _mm512_cvtps_epi32(_mm512_mul_ps(a, vid));
+        const __m512i qb = _mm512_cvtps_epi32(_mm512_mul_ps(b, vid));
+        _mm_storeu_si128((__m128i *)y[i].qs, _mm512_cvtepi32_epi8(qa));
+        _mm_storeu_si128((__m128i *)(y[i].qs + 16), _mm512_cvtepi32_epi8(qb));
+    }
+}
+
+AF_TARGET_AVX512 void quant_avx512_act_q8_k(const float *x, void *dst, int64_t nb)
+{
+    struct blk_q8_k *y = dst;
+    for (int64_t i = 0; i < nb; i++, x += QK_K) {
+        __m512 acc = _mm512_setzero_ps();
+        for (int j = 0; j < QK_K; j += 16)
+            acc = amax_step(acc, _mm512_loadu_ps(x + j));
+        const float amax = _mm512_reduce_max_ps(acc);
+        if (amax == 0.0f) {
+            memset(&y[i], 0, sizeof y[i]);
+            continue;
+        }
+        /* the first element of that magnitude gives the sign, as in the reference */
+        const __m512 va = _mm512_set1_ps(amax);
+        float max = amax;
+        for (int j = 0; j < QK_K; j += 16) {
+            const __m512 v = _mm512_loadu_ps(x + j);
+            const __mmask16 hit = _mm512_cmp_ps_mask(_mm512_abs_ps(v), va, _CMP_EQ_OQ);
+            if (hit) {
+                max = x[j + __builtin_ctz(hit)];
+                break;
+            }
+        }
+        const float iscale = -127.f / max;
+        const __m512 vs = _mm512_set1_ps(iscale);
+        const __m512i top = _mm512_set1_epi32(127);
+        for (int j = 0; j < QK_K; j += 16) {
+            __m512i q = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(x + j), vs));
+            q = _mm512_min_epi32(q, top);
+            _mm_storeu_si128((__m128i *)(y[i].qs + j), _mm512_cvtepi32_epi8(q));
+            y[i].bsums[j / 16] = (int16_t)_mm512_reduce_add_epi32(q);
+        }
+        y[i].d = 1 / iscale;
+    }
+}
+
+#endif
