@@ -341,6 +341,47 @@ static char *points_after(const char *text, const char *after)
     return s;
 }
 
+/* A train sft log (loss, lr, grad_norm, no reward) gets its own charts: the loss with its
+ * trailing mean over 100 steps, the learning rate and the gradient norm; no reward chart. */
+static void test_plot_sft(void **state)
+{
+    (void)state;
+    char dir[512];
+    struct af_buf b;
+    af_buf_init(&b, AF_BUF_NOLIMIT);
+    for (int st = 1; st <= 120; st++)
+        (void)af_buf_printf(&b,
+                            "{\"step\":%d,\"loss\":%d,\"lr\":0.001,\"grad_norm\":1.5,"
+                            "\"tokens\":100,\"tokens_per_s\":900.0}\n",
+                            st, st);
+    make_run("run_sft", b.data, dir, sizeof dir);
+    af_buf_deinit(&b);
+    struct proc_result r;
+    assert_int_equal(plot(dir, &r), 0);
+    assert_true(contains(r.out, "3 chart(s)"));
+    proc_result_deinit(&r);
+    char *loss = read_file(dir, "loss.svg");
+    assert_int_equal(count_of(loss, "<polyline"), 2);
+    assert_true(contains(loss, ">loss_mean_100</text>"));
+    free(loss);
+    char *lr = read_file(dir, "lr.svg");
+    assert_int_equal(count_of(lr, "<polyline"), 1);
+    free(lr);
+    char *gn = read_file(dir, "grad_norm.svg");
+    assert_int_equal(count_of(gn, "<polyline"), 1);
+    free(gn);
+    assert_false(exists(dir, "reward.svg"));
+    char *html = read_file(dir, "curves.html");
+    assert_true(contains(html, "Training loss"));
+    /* step 120: the mean of steps 21-120, 70.5; the rows of GRPO's metrics are left out */
+    assert_true(contains(html, "<tr><th>loss_mean_100</th><td>70.5</td><td>1</td><td>70.5</td>"));
+    assert_true(contains(html, "<tr><th>loss</th><td>120</td><td>1</td><td>120</td>"));
+    assert_false(contains(html, "<th>reward_mean</th>"));
+    free(html);
+    check_no_tmp(dir);
+    rm_rf(dir);
+}
+
 static void test_plot_end_to_end(void **state)
 {
     (void)state;
@@ -602,8 +643,8 @@ int main(void)
     }
     const struct CMUnitTest cli_tests[] = {
         cmocka_unit_test(test_plot_end_to_end), cmocka_unit_test(test_plot_sparse),
-        cmocka_unit_test(test_plot_torn),       cmocka_unit_test(test_plot_bad_input),
-        cmocka_unit_test(test_plot_usage),
+        cmocka_unit_test(test_plot_sft),        cmocka_unit_test(test_plot_torn),
+        cmocka_unit_test(test_plot_bad_input),  cmocka_unit_test(test_plot_usage),
     };
     return rc | cmocka_run_group_tests_name("train_plot", cli_tests, setup, teardown);
 }

@@ -1,5 +1,6 @@
 /*
- * cmd_train_plot.c - `agentflow train plot RUN`: the training curves of a `train grpo` run.
+ * cmd_train_plot.c - `agentflow train plot RUN`: the training curves of a `train grpo` run, or
+ * of a `train sft` run (loss, learning rate, gradient norm: a log without rewards).
  *
  * Reads RUN/metrics.jsonl (one JSON object per step, appended and fsync'd by src/train/grpo.c)
  * and writes one RUN/<chart>.svg per chart, then RUN/curves.html with every chart inline, each
@@ -38,12 +39,18 @@ enum plot_metric {
     PM_TURNS_MEAN,
     PM_TURNS_MAX,
     PM_TOOL_ERR,
+    PM_LOSS,
+    PM_LR,
+    PM_GRAD,
+    PM_READ,               /* the metrics above are read from the log */
+    PM_LOSS_AVG = PM_READ, /* derived: the loss's mean over the last PLOT_AVG steps */
     PM_COUNT
 };
+#define PLOT_AVG 100
 
-static const char *const plot_keys[PM_COUNT] = {"reward_mean", "accuracy",       "val_accuracy",
-                                                "kl",          "entropy",        "turns_mean",
-                                                "turns_max",   "tool_error_rate"};
+static const char *const plot_keys[PM_COUNT] = {
+    "reward_mean", "accuracy",        "val_accuracy", "kl", "entropy",   "turns_mean",
+    "turns_max",   "tool_error_rate", "loss",         "lr", "grad_norm", "loss_mean_100"};
 
 struct plot_row {
     int64_t step;
@@ -80,6 +87,9 @@ static void plot_usage(FILE *f)
                "  RUN/turns.svg            turns_mean and turns_max per trajectory\n"
                "  RUN/tool_error_rate.svg  failed tool calls / tool calls\n"
                "  RUN/tool_mix.svg         each tool's share of the tool calls\n"
+               "or, for a train sft run (a log with a loss and no reward):\n"
+               "  RUN/loss.svg             loss per step and its mean over the last 100 steps\n"
+               "  RUN/lr.svg, RUN/grad_norm.svg\n"
                "and RUN/curves.html with all of them inline (self-contained, works offline).\n"
                "A torn last line (a crash mid-write) is skipped with a note; any other malformed\n"
                "line is an error naming it.\n"
@@ -104,7 +114,8 @@ static int plot_row_from(json_t *obj, struct plot_row *row, char *why, size_t wh
         return -1;
     }
     row->step = (int64_t)json_integer_value(step);
-    for (int m = 0; m < PM_COUNT; m++) {
+    row->v[PM_LOSS_AVG] = (double)NAN;
+    for (int m = 0; m < PM_READ; m++) {
         json_t *v = json_object_get(obj, plot_keys[m]);
         row->v[m] = (double)NAN;
         if (v && !json_is_null(v) && !json_is_number(v)) {
@@ -337,6 +348,46 @@ static const struct plot_chart plot_charts[] = {
 };
 #define PLOT_N_CHARTS (sizeof plot_charts / sizeof plot_charts[0])
 
+static const struct plot_chart plot_sft_charts[] = {
+    {"loss", "Training loss", "nats per token", {PM_LOSS, PM_LOSS_AVG}, 0, 0},
+    {"lr", "Learning rate", "lr", {PM_LR, -1}, 0, 0},
+    {"grad_norm", "Gradient norm", "norm", {PM_GRAD, -1}, 0, 0},
+};
+#define PLOT_N_SFT_CHARTS (sizeof plot_sft_charts / sizeof plot_sft_charts[0])
+
+static int plot_has(const struct plot_data *d, int m)
+{
+    for (size_t i = 0; i < d->n; i++)
+        if (isfinite(d->rows[i].v[m]))
+            return 1;
+    return 0;
+}
+
+/* A log with a loss and no reward is a train sft run: its own charts. */
+static int plot_is_sft(const struct plot_data *d)
+{
+    return !plot_has(d, PM_REWARD) && plot_has(d, PM_LOSS);
+}
+
+/* The loss's trailing mean over the last PLOT_AVG steps (fewer at the start; steps without a
+ * loss left out), for a curve that a batch's noise does not hide. */
+static void plot_derive(struct plot_data *d)
+{
+    double sum = 0;
+    size_t have = 0, first = 0;
+    for (size_t i = 0; i < d->n; i++) {
+        const double v = d->rows[i].v[PM_LOSS];
+        if (isfinite(v))
+            sum += v, have++;
+        while (first < i && d->rows[first].step <= d->rows[i].step - PLOT_AVG) {
+            const double o = d->rows[first++].v[PM_LOSS];
+            if (isfinite(o))
+                sum -= o, have--;
+        }
+        d->rows[i].v[PM_LOSS_AVG] = have && isfinite(v) ? sum / (double)have : (double)NAN;
+    }
+}
+
 /* The columns of d as arrays for the charts: x = steps, y[m] = metric m (owned, free()). */
 struct plot_cols {
     double *x;
@@ -432,6 +483,8 @@ static void plot_html_head(struct af_buf *h, const char *run, const struct plot_
     (void)af_buf_puts(h,
                       "<table>\n<tr><th>metric</th><th>last</th><th>min</th><th>max</th></tr>\n");
     for (int m = 0; m < PM_COUNT; m++) {
+        if (!plot_has(d, m) && (m >= PM_LOSS || plot_is_sft(d)))
+            continue; /* a metric this kind of run does not log */
         double last = (double)NAN, lo = HUGE_VAL, hi = -HUGE_VAL;
         for (size_t i = 0; i < d->n; i++) {
             double v = d->rows[i].v[m];
@@ -447,9 +500,14 @@ static void plot_html_head(struct af_buf *h, const char *run, const struct plot_
     (void)af_buf_puts(h, "</table>\n");
 }
 
-/* Writes every chart's .svg, then curves.html (last, so that it appears only when all is done). */
-static int plot_render(const char *run, const struct plot_data *d, char *err, size_t errlen)
+/* Writes every chart's .svg, then curves.html (last, so that it appears only when all is done).
+ * *n_charts: how many. */
+static int plot_render(const char *run, const struct plot_data *d, size_t *n_charts, char *err,
+                       size_t errlen)
 {
+    const int sft = plot_is_sft(d);
+    const struct plot_chart *charts = sft ? plot_sft_charts : plot_charts;
+    *n_charts = sft ? PLOT_N_SFT_CHARTS : PLOT_N_CHARTS;
     struct plot_cols cols;
     struct plot_mix mix;
     struct af_buf html, svg;
@@ -459,8 +517,8 @@ static int plot_render(const char *run, const struct plot_data *d, char *err, si
     af_buf_init(&svg, AF_BUF_NOLIMIT);
     plot_html_head(&html, run, d);
     int rc = CLI_OK;
-    for (size_t k = 0; k < PLOT_N_CHARTS && rc == CLI_OK; k++) {
-        const struct plot_chart *ch = &plot_charts[k];
+    for (size_t k = 0; k < *n_charts && rc == CLI_OK; k++) {
+        const struct plot_chart *ch = &charts[k];
         char file[64];
         af_buf_reset(&svg);
         (void)af_buf_puts(&svg, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
@@ -516,11 +574,14 @@ int cmd_train_plot(int argc, char **argv)
     if (rc == CLI_OK && d.n_dup)
         fprintf(stderr, PLOT ": note: %s: %zu line(s) repeat a step; plotted the later one\n", path,
                 d.n_dup);
-    if (rc == CLI_OK)
-        rc = plot_render(run, &d, err, sizeof err);
+    size_t n_charts = 0;
+    if (rc == CLI_OK) {
+        plot_derive(&d);
+        rc = plot_render(run, &d, &n_charts, err, sizeof err);
+    }
     if (rc == CLI_OK)
         printf("wrote %s/curves.html and %zu chart(s) as %s/*.svg from %zu step(s)\n", run,
-               PLOT_N_CHARTS, run, d.n);
+               n_charts, run, d.n);
     else
         fprintf(stderr, PLOT ": %s\n", err);
     plot_data_deinit(&d);
