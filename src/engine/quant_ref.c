@@ -153,8 +153,9 @@ static void quantize_q8_0(const float *x, struct blk_q8_0 *y, int64_t nb)
 }
 
 /* Activations: ggml's x86 quantize_row_q8_0 (id = 127 / amax, round half to even). */
-static void act_q8_0(const float *x, struct blk_q8_0 *y, int64_t nb)
+static void act_q8_0(const float *x, void *dst, int64_t nb)
 {
+    struct blk_q8_0 *y = dst;
     for (int64_t i = 0; i < nb; i++, x += QK) {
         float amax = 0.0f;
         for (int j = 0; j < QK; j++)
@@ -698,11 +699,6 @@ uint32_t quant_vec_dot_type(uint32_t t)
     }
 }
 
-static void act_q8_0_ref(const float *x, void *y, int64_t nb)
-{
-    act_q8_0(x, y, nb);
-}
-
 static void act_q8_k_ref(const float *x, void *y, int64_t nb)
 {
     quantize_q8_k(x, y, nb);
@@ -951,7 +947,7 @@ const struct quant_kernels quant_kernels_ref = {
     .silu_mul = quant_silu_mul_ref,
     .scale_max = quant_scale_max_ref,
     .scale = quant_scale_ref,
-    .act_q8_0 = act_q8_0_ref,
+    .act_q8_0 = act_q8_0,
     .act_q8_k = act_q8_k_ref,
     .vec_dot =
         {
