@@ -125,9 +125,12 @@ static void test_drills(void **state)
     snprintf(a, sizeof a, "%s/a.jsonl", t.path);
     snprintf(b, sizeof b, "%s/b.jsonl", t.path);
     snprintf(c, sizeof c, "%s/c.jsonl", t.path);
-    assert_int_equal(af_world_drills(a, 2000, 7, err, sizeof err), AF_OK);
-    assert_int_equal(af_world_drills(b, 2000, 7, err, sizeof err), AF_OK);
-    assert_int_equal(af_world_drills(c, 2000, 8, err, sizeof err), AF_OK);
+    struct af_world_drills_params dp = af_world_drills_default_params();
+    dp.n = 2000;
+    assert_int_equal(af_world_drills(a, &dp, err, sizeof err), AF_OK);
+    assert_int_equal(af_world_drills(b, &dp, err, sizeof err), AF_OK);
+    dp.seed = 8;
+    assert_int_equal(af_world_drills(c, &dp, err, sizeof err), AF_OK);
     char *x = slurp(t.path, "a.jsonl"), *y = slurp(t.path, "b.jsonl"),
          *z = slurp(t.path, "c.jsonl");
     assert_string_equal(x, y);
@@ -171,8 +174,92 @@ static void test_drills(void **state)
         assert_true(kinds[k] > 400 && kinds[k] < 600);
     json_decref(lines);
     snprintf(a, sizeof a, "%s/no/such/dir/x.jsonl", t.path);
-    assert_int_equal(af_world_drills(a, 10, 7, err, sizeof err), AF_EIO);
+    dp.n = 10;
+    assert_int_equal(af_world_drills(a, &dp, err, sizeof err), AF_EIO);
     assert_non_null(strstr(err, "no/such/dir"));
+    dp.names = 1.5;
+    assert_int_equal(af_world_drills(a, &dp, err, sizeof err), AF_EINVAL);
+    assert_non_null(strstr(err, "1.5"));
+    tmp_remove(&t);
+}
+
+/* Name drills (--names): the share asked for, seeded, and every reply's names stand in the
+ * prompt; with the share 0 the bytes are the number drills' alone. */
+static void test_name_drills(void **state)
+{
+    (void)state;
+    struct tmpdir t = {""};
+    tmp_make(&t);
+    char a[128], b[128], c[128], err[256];
+    snprintf(a, sizeof a, "%s/a.jsonl", t.path);
+    snprintf(b, sizeof b, "%s/b.jsonl", t.path);
+    snprintf(c, sizeof c, "%s/c.jsonl", t.path);
+    struct af_world_drills_params p = af_world_drills_default_params();
+    p.n = 2000;
+    p.names = 0.5;
+    assert_int_equal(af_world_drills(a, &p, err, sizeof err), AF_OK);
+    assert_int_equal(af_world_drills(b, &p, err, sizeof err), AF_OK);
+    p.names = 0;
+    assert_int_equal(af_world_drills(c, &p, err, sizeof err), AF_OK);
+    char *x = slurp(t.path, "a.jsonl"), *y = slurp(t.path, "b.jsonl");
+    assert_string_equal(x, y);
+    free(x);
+    free(y);
+    json_t *lines = load_lines(t.path, "a.jsonl");
+    assert_int_equal(json_array_size(lines), 2000);
+    int names = 0, searches = 0;
+    size_t i;
+    json_t *d;
+    json_array_foreach(lines, i, d)
+    {
+        json_t *m = json_object_get(d, "messages");
+        const char *u = json_string_value(json_object_get(json_array_get(m, 1), "content"));
+        const char *r = json_string_value(json_object_get(json_array_get(m, 2), "content"));
+        const int is_search = !strncmp(u, "Result:", 7);
+        if (strncmp(u, "Repeat these names", 18) && strncmp(u, "Result:", 7) &&
+            !(strncmp(u, "Facts:", 6) == 0 && strstr(u, "What is the ") &&
+              (r[0] < '0' || r[0] > '9')))
+            continue;
+        names++;
+        searches += is_search;
+        /* the name itself: the search's query, else the whole reply, item by item */
+        char buf[512];
+        const char *q = is_search ? strstr(r, "query=\"") : NULL;
+        if (is_search) {
+            assert_non_null(q);
+            q += 7;
+            size_t n = strcspn(q, "\"");
+            assert_true(n > 0 && n < sizeof buf);
+            memcpy(buf, q, n);
+            buf[n] = 0;
+            if (!strstr(u, buf))
+                fail_msg("drill %zu: \"%s\" is not in its prompt: %s", i, buf, u);
+            continue;
+        }
+        for (const char *s = r; *s;) {
+            size_t n = strcspn(s, ",");
+            assert_true(n > 0 && n < sizeof buf);
+            memcpy(buf, s, n);
+            buf[n] = 0;
+            if (!strstr(u, buf))
+                fail_msg("drill %zu: \"%s\" is not in its prompt: %s", i, buf, u);
+            s += n;
+            s += strspn(s, ", ");
+        }
+    }
+    assert_true(names > 850 && names < 1150); /* half of 2,000 */
+    assert_true(searches > 200);
+    json_decref(lines);
+    /* the share 0 is the number drills as before the option (the seed-7 stream unchanged) */
+    json_t *plain = load_lines(t.path, "c.jsonl");
+    json_array_foreach(plain, i, d)
+    {
+        const char *u = json_string_value(
+            json_object_get(json_array_get(json_object_get(d, "messages"), 1), "content"));
+        assert_null(strstr(u, "names"));
+        assert_true(strncmp(u, "Result:", 7) != 0);
+    }
+    json_decref(plain);
     tmp_remove(&t);
 }
 
@@ -990,6 +1077,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_same_seed_same_bytes),
         cmocka_unit_test(test_drills),
+        cmocka_unit_test(test_name_drills),
         cmocka_unit_test(test_golden_slice),
         cmocka_unit_test(test_gold_answers_score),
         cmocka_unit_test(test_splits_disjoint),

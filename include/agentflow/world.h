@@ -51,14 +51,27 @@ struct af_llm;
 struct af_llm *af_world_expert_new(const char *dir, double noise, uint64_t seed, char *err,
                                    size_t errlen);
 
-/* Writes n copy drills to `path` (chat JSONL for `train sft`, through a temporary file and a
- * rename): short conversations whose replies repeat numbers from their prompts, in the flow's
- * shapes (a sub-goal's expression into a Python call, a printed result into an answer, one
- * value picked out of several facts, a list repeated). They teach a model trained from
- * scratch to copy digits from its context (docs/WORLD.md has what they did).
- * The same seed writes the same bytes. Fails with AF_EIO naming the file. */
-AF_NODISCARD int af_world_drills(const char *path, size_t n, uint64_t seed, char *err,
-                                 size_t errlen);
+/* What `world drills` writes (af_world_drills_default_params: 40,000 drills, seed 7, no name
+ * drills). */
+struct af_world_drills_params {
+    size_t n;
+    uint64_t seed;
+    /* The share of drills (0 to 1) that copy names made of the world's syllables instead of
+     * numbers: unseen names garble as a model's memory grows (docs/WORLD.md). 0 writes the
+     * number drills alone, byte for byte as before this option. */
+    double names;
+};
+struct af_world_drills_params af_world_drills_default_params(void);
+
+/* Writes p->n copy drills to `path` (chat JSONL for `train sft`, through a temporary file and a
+ * rename): short conversations whose replies repeat numbers or names from their prompts, in
+ * the flow's shapes (a sub-goal's expression into a Python call, a printed result into an
+ * answer, one value picked out of several facts, a list repeated; for names also a search for
+ * the entity a result names). They teach a model trained from scratch to copy from its context
+ * (docs/WORLD.md has what they did). The same params write the same bytes. Fails with AF_EIO
+ * naming the file, AF_EINVAL for a share outside [0, 1]. */
+AF_NODISCARD int af_world_drills(const char *path, const struct af_world_drills_params *p,
+                                 char *err, size_t errlen);
 
 /* The world's benchmark names, NULL-terminated. Static; do not free. */
 const char *const *af_world_benchmarks(void);

@@ -17,7 +17,7 @@ static void world_usage(FILE *f)
             "usage: agentflow world build --out DIR [--seed S] [--max-train N] [--max-val N]\n"
             "                             [--max-test N] [--no-index]\n"
             "       agentflow world traces --world DIR --out FILE ... (world traces --help)\n"
-            "       agentflow world drills --out FILE [--n 40000] [--seed 7]\n"
+            "       agentflow world drills --out FILE [--n 40000] [--seed 7] [--names P]\n"
             "\n"
             "Generates a practice world: an encyclopedia of about 2,160 fictional people,\n"
             "places, organisations and works, and four question families over it, each with\n"
@@ -44,7 +44,9 @@ static void world_usage(FILE *f)
             "drills writes copy drills for `train sft`: short conversations whose replies\n"
             "repeat numbers from their prompts (a sub-goal's expression into a Python call, a\n"
             "printed result into an answer, one value among several facts, a list). They\n"
-            "teach a model trained from scratch to copy digits from its context.\n"
+            "teach a model trained from scratch to copy digits from its context. --names P\n"
+            "makes that share of them (0 to 1, default 0) copy names of the world's syllables\n"
+            "instead: lists, one name among several facts, a result's name into a search.\n"
             "Exit codes: 0 ok, 2 usage, 4 an output file could not be written.\n");
 }
 
@@ -133,7 +135,8 @@ static int world_build(int argc, char **argv)
 static int world_drills(int argc, char **argv)
 {
     const char *out = NULL;
-    size_t n = 40000, seed = 7;
+    struct af_world_drills_params p = af_world_drills_default_params();
+    size_t n = p.n, seed = (size_t)p.seed;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (i + 1 >= argc) {
@@ -142,13 +145,23 @@ static int world_drills(int argc, char **argv)
         }
         const char *v = argv[++i];
         int rc = CLI_OK;
-        if (!strcmp(a, "--out"))
+        if (!strcmp(a, "--out")) {
             out = v;
-        else if (!strcmp(a, "--n"))
+        } else if (!strcmp(a, "--n")) {
             rc = parse_count("drills", "--n", v, &n);
-        else if (!strcmp(a, "--seed"))
+        } else if (!strcmp(a, "--seed")) {
             rc = parse_count("drills", "--seed", v, &seed);
-        else {
+        } else if (!strcmp(a, "--names")) {
+            char *end = NULL;
+            p.names = strtod(v, &end);
+            if (end == v || *end || !(p.names >= 0 && p.names <= 1)) {
+                fprintf(stderr,
+                        "agentflow world drills: --names wants a share in [0, 1], not "
+                        "\"%s\"\n",
+                        v);
+                return CLI_EUSAGE;
+            }
+        } else {
             fprintf(stderr, "agentflow world drills: unknown option %s\n", a);
             return CLI_EUSAGE;
         }
@@ -159,8 +172,10 @@ static int world_drills(int argc, char **argv)
         fprintf(stderr, "agentflow world drills: --out FILE is required\n");
         return CLI_EUSAGE;
     }
+    p.n = n;
+    p.seed = (uint64_t)seed;
     char err[1024];
-    if (af_world_drills(out, n, (uint64_t)seed, err, sizeof err)) {
+    if (af_world_drills(out, &p, err, sizeof err)) {
         fprintf(stderr, "agentflow world drills: %s\n", err);
         return CLI_EINPUT;
     }

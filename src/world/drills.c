@@ -77,6 +77,69 @@ static json_t *drill_conv(const char *user, const char *reply)
                      reply);
 }
 
+/* A name of a random kind (a person, a place or an organisation's stem). */
+static void drill_name_of(struct wrng *r, char *out, size_t len)
+{
+    static const int kinds[] = {WK_PERSON, WK_PERSON, WK_CITY, WK_COUNTRY, WK_ORG};
+    world_random_name(r, kinds[wrng_range(r, 0, 4)], out, len);
+}
+
+/* A name drill into *user and *reply: the reply copies names that the prompt holds. */
+static void drill_names(struct wrng *r, struct af_buf *user, struct af_buf *reply)
+{
+    static const char *const roles[] = {"founder", "creator", "birthplace",
+                                        "capital", "country", "organisation"};
+    static const int role_kind[] = {WK_PERSON, WK_PERSON, WK_CITY, WK_CITY, WK_COUNTRY, WK_ORG};
+    char a[128], b[128];
+    switch (wrng_range(r, 0, 2)) {
+    case 0: { /* a list, repeated */
+        const int n = wrng_range(r, 2, 4);
+        af_buf_puts(user, "Repeat these names exactly: ");
+        for (int i = 0; i < n; i++) {
+            drill_name_of(r, a, sizeof a);
+            af_buf_printf(user, "%s%s", i ? ", " : "", a);
+            af_buf_printf(reply, "%s%s", i ? ", " : "", a);
+        }
+        break;
+    }
+    case 1: { /* one role's name among several */
+        const int n = wrng_range(r, 2, 4), pick = wrng_range(r, 0, n - 1);
+        int used[6] = {0};
+        const char *role = NULL;
+        af_buf_puts(user, "Facts: ");
+        for (int i = 0; i < n; i++) {
+            int k = wrng_range(r, 0, 5);
+            while (used[k]) /* distinct roles, so the question has one answer */
+                k = (k + 1) % 6;
+            used[k] = 1;
+            world_random_name(r, role_kind[k], a, sizeof a);
+            af_buf_printf(user, "%sthe %s is %s", i ? "; " : "", roles[k], a);
+            if (i == pick) {
+                role = roles[k];
+                af_buf_puts(reply, a);
+            }
+        }
+        af_buf_printf(user, ".\nWhat is the %s?", role);
+        break;
+    }
+    default: /* a result's name into the next search */
+        world_random_name(r, WK_PERSON, a, sizeof a);
+        world_random_name(r, WK_CITY, b, sizeof b);
+        if (wrng_range(r, 0, 1)) {
+            af_buf_printf(user,
+                          "Result: %s was born in the city of %s in %ld.\nWrite the search for "
+                          "the city.",
+                          a, b, 1200 + (long)wrng_range(r, 0, 799));
+            af_buf_printf(reply, "execution = tool.execute(query=\"%s\", k=3)", b);
+        } else {
+            af_buf_printf(user, "Result: %s founded %s Guild.\nWrite the search for the founder.",
+                          a, b);
+            af_buf_printf(reply, "execution = tool.execute(query=\"%s\", k=3)", a);
+        }
+        break;
+    }
+}
+
 /* Drill i into *user and *reply. */
 static void drill_one(struct wrng *r, struct af_buf *user, struct af_buf *reply)
 {
@@ -132,18 +195,34 @@ static void drill_one(struct wrng *r, struct af_buf *user, struct af_buf *reply)
     af_buf_deinit(&e);
 }
 
-int af_world_drills(const char *path, size_t n, uint64_t seed, char *err, size_t errlen)
+struct af_world_drills_params af_world_drills_default_params(void)
 {
+    return (struct af_world_drills_params){.n = 40000, .seed = 7, .names = 0};
+}
+
+int af_world_drills(const char *path, const struct af_world_drills_params *p, char *err,
+                    size_t errlen)
+{
+    if (!(p->names >= 0 && p->names <= 1)) {
+        af_errf(err, errlen, "drills: the share of name drills must be in [0, 1], not %g",
+                p->names);
+        return AF_EINVAL;
+    }
     struct wrng r;
-    wrng_seed(&r, seed ^ 0x6472696c6cull); /* "drill": not the world's stream of this seed */
+    wrng_seed(&r, p->seed ^ 0x6472696c6cull); /* "drill": not the world's stream of this seed */
+    /* the share in millionths, drawn only when on, so that 0 keeps the number drills' bytes */
+    const uint64_t names_ppm = (uint64_t)(p->names * 1e6 + 0.5);
     struct af_buf out, user, reply;
     af_buf_init(&out, AF_BUF_NOLIMIT);
     af_buf_init(&user, AF_BUF_NOLIMIT);
     af_buf_init(&reply, AF_BUF_NOLIMIT);
-    for (size_t i = 0; i < n; i++) {
+    for (size_t i = 0; i < p->n; i++) {
         af_buf_reset(&user);
         af_buf_reset(&reply);
-        drill_one(&r, &user, &reply);
+        if (names_ppm && wrng_next(&r) % 1000000u < names_ppm)
+            drill_names(&r, &user, &reply);
+        else
+            drill_one(&r, &user, &reply);
         json_t *c = drill_conv(af_buf_str(&user), af_buf_str(&reply));
         char *line = json_dumps(c, JSON_COMPACT | JSON_PRESERVE_ORDER);
         af_buf_puts(&out, line);

@@ -136,6 +136,20 @@ static int nameset_add(struct nameset *ns, const char *s)
     return 1;
 }
 
+void world_random_name(struct wrng *r, int kind, char *out, size_t len)
+{
+    char a[48], b[48];
+    if (kind == WK_PERSON) {
+        syllables(r, a, sizeof a, 1, person_end, sizeof person_end / sizeof person_end[0]);
+        syllables(r, b, sizeof b, wrng_range(r, 1, 2), family_end,
+                  sizeof family_end / sizeof family_end[0]);
+        snprintf(out, len, "%s %s", a, b);
+    } else {
+        syllables(r, out, len, wrng_range(r, 1, 2), place_end,
+                  sizeof place_end / sizeof place_end[0]);
+    }
+}
+
 static char *unique_name(struct wrng *r, struct nameset *ns, int kind)
 {
     char buf[128], a[48], b[48];

@@ -63,6 +63,8 @@ const char *world_work_unit(int sub);
 
 /* Generates the world for `seed` into *w (owned by the caller: world_free). */
 void world_generate(uint64_t seed, struct world *w);
+/* A name of kind WK_* from the world's syllables into out (not checked for uniqueness). */
+void world_random_name(struct wrng *r, int kind, char *out, size_t len);
 void world_free(struct world *w);
 const struct world_ent *world_get(const struct world *w, int idx);
 
