@@ -113,6 +113,14 @@ static void test_same_seed_same_bytes(void **state)
     tmp_remove(&c);
 }
 
+/* a.jsonl, b.jsonl and c.jsonl in t */
+static void drill_paths(const struct tmpdir *t, char *a, char *b, char *c, size_t len)
+{
+    snprintf(a, len, "%s/a.jsonl", t->path);
+    snprintf(b, len, "%s/b.jsonl", t->path);
+    snprintf(c, len, "%s/c.jsonl", t->path);
+}
+
 /* Copy drills: the same seed gives the same bytes and another seed others; every line is a
  * system / user / assistant conversation, and every number of a reply stands in its prompt
  * (the reply can be copied), except the printed result's, which the prompt states too. */
@@ -122,9 +130,7 @@ static void test_drills(void **state)
     struct tmpdir t = {""};
     tmp_make(&t);
     char a[128], b[128], c[128], err[256];
-    snprintf(a, sizeof a, "%s/a.jsonl", t.path);
-    snprintf(b, sizeof b, "%s/b.jsonl", t.path);
-    snprintf(c, sizeof c, "%s/c.jsonl", t.path);
+    drill_paths(&t, a, b, c, sizeof a);
     struct af_world_drills_params dp = af_world_drills_default_params();
     dp.n = 2000;
     assert_int_equal(af_world_drills(a, &dp, err, sizeof err), AF_OK);
@@ -191,9 +197,7 @@ static void test_name_drills(void **state)
     struct tmpdir t = {""};
     tmp_make(&t);
     char a[128], b[128], c[128], err[256];
-    snprintf(a, sizeof a, "%s/a.jsonl", t.path);
-    snprintf(b, sizeof b, "%s/b.jsonl", t.path);
-    snprintf(c, sizeof c, "%s/c.jsonl", t.path);
+    drill_paths(&t, a, b, c, sizeof a);
     struct af_world_drills_params p = af_world_drills_default_params();
     p.n = 2000;
     p.names = 0.5;

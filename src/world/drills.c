@@ -77,6 +77,17 @@ static json_t *drill_conv(const char *user, const char *reply)
                      reply);
 }
 
+/* One of six kinds not used yet in this drill (a draw, then the next free one), so that the
+ * question has one answer. */
+static int drill_distinct6(struct wrng *r, int used[6])
+{
+    int k = wrng_range(r, 0, 5);
+    while (used[k])
+        k = (k + 1) % 6;
+    used[k] = 1;
+    return k;
+}
+
 /* A name of a random kind (a person, a place or an organisation's stem). */
 static void drill_name_of(struct wrng *r, char *out, size_t len)
 {
@@ -108,10 +119,7 @@ static void drill_names(struct wrng *r, struct af_buf *user, struct af_buf *repl
         const char *role = NULL;
         af_buf_puts(user, "Facts: ");
         for (int i = 0; i < n; i++) {
-            int k = wrng_range(r, 0, 5);
-            while (used[k]) /* distinct roles, so the question has one answer */
-                k = (k + 1) % 6;
-            used[k] = 1;
+            const int k = drill_distinct6(r, used);
             world_random_name(r, role_kind[k], a, sizeof a);
             af_buf_printf(user, "%sthe %s is %s", i ? "; " : "", roles[k], a);
             if (i == pick) {
@@ -170,10 +178,7 @@ static void drill_one(struct wrng *r, struct af_buf *user, struct af_buf *reply)
         const char *name = NULL;
         af_buf_puts(user, "Facts: ");
         for (int i = 0; i < n; i++) {
-            int a = wrng_range(r, 0, 5);
-            while (used[a]) /* distinct attributes, so the question has one answer */
-                a = (a + 1) % 6;
-            used[a] = 1;
+            const int a = drill_distinct6(r, used);
             const long x = drill_num(r);
             af_buf_printf(user, "%sthe %s is %ld", i ? "; " : "", attrs[a], x);
             if (i == pick)
