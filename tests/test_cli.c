@@ -690,9 +690,18 @@ static void test_exit_code_rule(void **state)
                                "--url",  "scripted:/nonexistent/s.json",
                                NULL};
     run_expect(no_script, 4, NULL, "/nonexistent/s.json");
-    static const char *const helps[][4] = {
-        {"model", "--help"},         {"train", "--help"}, {"tool", "--help"}, {"eval", "--help"},
-        {"eval", "score", "--help"}, {"index", "--help"}, {"run", "--help"},  {"--help"}};
+    static const char *const helps[][4] = {{"model", "--help"},
+                                           {"train", "--help"},
+                                           {"tool", "--help"},
+                                           {"eval", "--help"},
+                                           {"eval", "score", "--help"},
+                                           {"index", "--help"},
+                                           {"run", "--help"},
+                                           {"--help"},
+                                           {"world", "--help"},
+                                           {"world", "build", "--help"},
+                                           {"world", "drills", "--help"},
+                                           {"world", "traces", "--help"}};
     for (size_t i = 0; i < sizeof helps / sizeof helps[0]; i++) {
         const char *argv[6] = {bin, helps[i][0], helps[i][1], helps[i][2], NULL, NULL};
         struct proc_result r;

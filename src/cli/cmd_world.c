@@ -139,6 +139,10 @@ static int world_drills(int argc, char **argv)
     size_t n = p.n, seed = (size_t)p.seed;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            world_usage(stdout);
+            return CLI_OK;
+        }
         if (i + 1 >= argc) {
             fprintf(stderr, "agentflow world drills: %s needs a value (or is unknown)\n", a);
             return CLI_EUSAGE;
