@@ -264,6 +264,48 @@ static void test_target_all(void **state)
     sft_data_free(d);
 }
 
+/* --loss-on text: every token but the first and the prompts' tokens with a digit; the replies
+ * keep every target, digits included. */
+static void test_target_text(void **state)
+{
+    (void)state;
+    SKIP_IF(!qwen);
+    const char *line = "{\"messages\":[{\"role\":\"user\",\"content\":\"Kriaia was founded in "
+                       "1303 and has 752161 people. When was it founded?\"},"
+                       "{\"role\":\"assistant\",\"content\":\"In 1303.\"}]}\n";
+    struct sft_data *d = load_ok(write_tmp("num.jsonl", line), qwen, NULL, 0);
+    const struct sft_example *ex = &d->ex[0];
+    uint8_t *reply = malloc((size_t)ex->n);
+    assert_non_null(reply);
+    memcpy(reply, ex->target, (size_t)ex->n);
+    sft_data_target_text(d, qwen->tok);
+    int64_t prompt_digits = 0, reply_digits = 0, n_target = 0;
+    for (int64_t t = 0; t < ex->n; t++) {
+        char piece[64];
+        int np = tok_piece(qwen->tok, ex->tokens[t], 1, piece, sizeof piece);
+        assert_true(np >= 0);
+        int digit = 0;
+        for (int i = 0; i < np; i++)
+            digit |= piece[i] >= '0' && piece[i] <= '9';
+        if (reply[t]) {
+            assert_int_equal(ex->target[t], 1);
+            reply_digits += digit;
+        } else if (t == 0 || digit) {
+            assert_int_equal(ex->target[t], 0);
+            prompt_digits += digit;
+        } else {
+            assert_int_equal(ex->target[t], 1);
+        }
+        n_target += ex->target[t];
+    }
+    assert_true(prompt_digits >= 4); /* 1303 and 752161, however the vocabulary splits them */
+    assert_true(reply_digits >= 1);
+    assert_int_equal(ex->n_target, n_target);
+    assert_int_equal(d->n_target, n_target);
+    free(reply);
+    sft_data_free(d);
+}
+
 static void test_chatml_given_system(void **state)
 {
     (void)state;
@@ -564,6 +606,7 @@ int main(void)
         cmocka_unit_test(test_chatml_two_turns),
         cmocka_unit_test(test_chatml_given_system),
         cmocka_unit_test(test_target_all),
+        cmocka_unit_test(test_target_text),
         cmocka_unit_test(test_chatml_leading_newlines),
         cmocka_unit_test(test_template_mismatch),
         cmocka_unit_test(test_llama3_two_turns),

@@ -45,7 +45,9 @@ static void train_usage(FILE *f)
             "  --accum K             gradient accumulation: K batches per step (default 1)\n"
             "  --max-seq N           cut conversations to N tokens (default 1024)\n"
             "  --loss-on WHAT        assistant (default): the replies only; all: every token,\n"
-            "                        prompts included (pre-training on transcripts)\n"
+            "                        prompts included (pre-training on transcripts); text:\n"
+            "                        every token but the prompts' numbers (their loss teaches\n"
+            "                        a small model typical digits instead of copying them)\n"
             "  --seed S              adapter init, data order and dropout (default 0)\n"
             "  --save-every N        checkpoint every N steps (default 50, and the last)\n"
             "  --keep N              checkpoints kept (default 2)\n"
@@ -249,10 +251,10 @@ static int do_sft(int argc, char **argv)
             bad = num("early-stop", optarg, 1, 1e6, &d), o.early_stop = (int)d;
             break;
         case O_LOSS_ON:
-            if (!strcmp(optarg, "all") || !strcmp(optarg, "assistant")) {
-                o.loss_all = !strcmp(optarg, "all");
+            if (!strcmp(optarg, "all") || !strcmp(optarg, "assistant") || !strcmp(optarg, "text")) {
+                o.loss_all = !strcmp(optarg, "all") ? 1 : !strcmp(optarg, "text") ? 2 : 0;
             } else {
-                fprintf(stderr, "agentflow train: --loss-on: '%s' is not assistant or all\n",
+                fprintf(stderr, "agentflow train: --loss-on: '%s' is not assistant, all or text\n",
                         optarg);
                 bad = 1;
             }

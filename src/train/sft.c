@@ -111,7 +111,7 @@ static char *settings_json(const struct run *r)
         (json_int_t)o->batch, "accum", (json_int_t)o->accum, "max_seq", (json_int_t)o->max_seq,
         "seed", (json_int_t)o->seed, "chat_template", o->chat_template ? o->chat_template : "");
     if (o->loss_all) /* only when set, so runs from before the option still resume */
-        json_object_set_new(s, "loss_on", json_string("all"));
+        json_object_set_new(s, "loss_on", json_string(o->loss_all == 2 ? "text" : "all"));
     char *text = json_dumps(s, JSON_COMPACT);
     json_decref(s);
     return text;
@@ -345,7 +345,9 @@ static int setup(struct run *r, char *err, size_t errlen)
                 o->data_path);
         return AF_EPARSE;
     }
-    if (o->loss_all)
+    if (o->loss_all == 2)
+        sft_data_target_text(r->data, r->m->tok);
+    else if (o->loss_all)
         sft_data_target_all(r->data);
     note(r,
          "data: %zu conversations, %lld tokens, %lld %s tokens (%zu cut to --max-seq "

@@ -56,7 +56,9 @@ struct train_sft_opts {
     int64_t batch, accum;     /* conversations per micro-step, micro-steps per step; 1, 1 */
     int64_t max_seq;          /* default 1024 */
     int loss_all;             /* 1: the loss covers every token, prompts included (the
-                                 validation loss stays on the replies); 0: replies only */
+                                 validation loss stays on the replies); 2: the same but for
+                                 the prompts' tokens with a digit (--loss-on text); 0:
+                                 replies only */
     uint64_t seed;            /* default 0 */
     int64_t save_every;       /* default 50; the last step always saves */
     int keep;                 /* checkpoints kept; default 2 */

@@ -292,6 +292,39 @@ void sft_data_target_all(struct sft_data *d)
     }
 }
 
+static int token_has_digit(const struct tokenizer *tok, int32_t id)
+{
+    char piece[256];
+    int n = tok_piece(tok, id, 1, piece, sizeof piece);
+    if (n < 0) /* longer than any digit-free piece we care about: look at its text instead */
+        return strpbrk(tok_text(tok, id) ? tok_text(tok, id) : "", "0123456789") != NULL;
+    for (int i = 0; i < n; i++)
+        if (piece[i] >= '0' && piece[i] <= '9')
+            return 1;
+    return 0;
+}
+
+void sft_data_target_text(struct sft_data *d, const struct tokenizer *tok)
+{
+    const size_t nv = tok_n_vocab(tok);
+    uint8_t *digit = af_xmalloc(nv ? nv : 1);
+    for (size_t v = 0; v < nv; v++)
+        digit[v] = (uint8_t)token_has_digit(tok, (int32_t)v);
+    d->n_target = 0;
+    for (size_t i = 0; i < d->n; i++) {
+        struct sft_example *ex = &d->ex[i];
+        ex->n_target = 0;
+        for (int64_t t = 0; t < ex->n; t++) {
+            const int32_t id = ex->tokens[t];
+            const int number = id >= 0 && (size_t)id < nv && digit[id];
+            ex->target[t] = ex->target[t] || (t > 0 && !number);
+            ex->n_target += ex->target[t];
+        }
+        d->n_target += ex->n_target;
+    }
+    free(digit);
+}
+
 /* Formats, tokenizes and masks one conversation, then cuts, skips or keeps it. */
 static int build_example(struct loader *ld, int64_t line_no, const struct chat_msg *msgs, size_t n)
 {

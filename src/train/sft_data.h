@@ -57,6 +57,12 @@ AF_NODISCARD int sft_data_load(const char *path, const struct model *m, const ch
  * prompts too (language-model pre-training on the transcripts: the tool results and memory
  * repeat names and numbers, the copying the replies need). Updates the n_target counts. */
 void sft_data_target_all(struct sft_data *d);
+/* The same, except the prompt tokens whose text has a decimal digit (`--loss-on text`): a
+ * number in a prompt is mostly unpredictable where it stands (a value read from a passage),
+ * and its loss teaches a small model to write a typical digit instead of copying one, while
+ * the prompts' names and words still teach it to continue a name it has seen. The replies keep
+ * every target they had. tok is the tokenizer the data was encoded with (borrowed). */
+void sft_data_target_text(struct sft_data *d, const struct tokenizer *tok);
 /* Frees d and every example. Accepts NULL. */
 void sft_data_free(struct sft_data *d);
 
