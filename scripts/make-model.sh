@@ -1,25 +1,27 @@
 #!/usr/bin/env bash
 # make-model.sh - the recipe of the embedded model (`make model`): a practice world, expert
-# traces on its training split, a BPE vocabulary, a qwen2 model trained from scratch with SFT
-# on whole transcripts (the loss on every token) in four phases (the second with the final
-# answers weighted up, the third and fourth mostly on traces of other worlds, so that a fact
-# can only be read from the context, not recalled), optionally Flow-GRPO on the planner,
-# quantized to Q8_0. The shipped
+# traces on its training split, a BPE vocabulary, a qwen2 model trained from scratch with SFT on
+# the expert's replies in three phases (copy drills first, then world 1's traces with more
+# drills, then mostly traces of other worlds, so that a fact can only be read from the
+# context, not recalled), optionally Flow-GRPO on the planner, quantized to Q8_0. The shipped
 # models/agentflow-world.gguf is this recipe's output with its defaults (no GRPO); see
 # docs/WORLD.md for how far that has been checked.
 #
 # Every step is seeded, and the trainer is deterministic for a given thread count, so the same
 # THREADS rebuilds the same bytes. Steps whose output exists are skipped (delete build/model to
-# start over); STAGE=sft stops after SFT.
+# start over; an interrupted phase resumes from its last checkpoint); STAGE=data stops once every
+# phase's data is written, STAGE=sft after SFT.
+# The phases' folders (p0-drills, p1-world1, p2-worlds) are not those of the first recipe
+# (sft, sft2-sft4), so a work folder left by it is not mistaken for this one's progress.
 #
 # Settings (environment): THREADS (default 2), SHAPE (custom:LAYERS,EMBD,HEADS,KV,FF),
-# VOCAB (tokens), TRACES (questions per family), SFT_STEPS (phase 1), SFT2_STEPS (phase 2's
-# cosine schedule, default 3000; 0 skips it) and SFT2_STOP (the step phase 2 stops at),
-# SFT3_STEPS (phase 3, default 3000; 0 skips it), WORLDS3 (its world seeds, "11 12") and
-# TRACES3 (questions per family in each, 1500), SFT4_STEPS, WORLDS4 and TRACES4 (phase 4:
-# 2500 steps, seeds 21-32, 300),
-# GRPO_STEPS (0, the default: no GRPO), OUT, MODEL_BUILD (the work folder, default
-# build/model), AF (the agentflow binary).
+# VOCAB (tokens), TRACES (questions per family), DRILLS and DRILL_STEPS (phase 0: 30,000 drills,
+# 2,000 steps), DRILLS1 (drills mixed into phase 1, 40,000), NAMES2 (the share of name drills
+# among phase 2's DRILLS drills, 0: with 0.5 the model was no better, docs/WORLD.md),
+# SFT_STEPS (phase 1, 4,000), SFT2_STEPS (phase 2, 3,000; 0 skips it), WORLDS3 and TRACES3
+# (phase 2's first worlds, "11 12" at 1,500 questions a family), WORLDS4 and TRACES4 (its
+# other worlds, seeds 21-32 at 300), GRPO_STEPS (0, the default: no GRPO), OUT, MODEL_BUILD
+# (the work folder, default build/model), AF (the agentflow binary).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -34,13 +36,14 @@ SEED=${SEED:-1}
 SHAPE=${SHAPE:-custom:4,256,8,4,768}
 VOCAB=${VOCAB:-2048}
 TRACES=${TRACES:-4000}
+DRILLS=${DRILLS:-30000}
+DRILLS1=${DRILLS1:-40000}
+DRILL_STEPS=${DRILL_STEPS:-2000}
+NAMES2=${NAMES2:-0}
 SFT_STEPS=${SFT_STEPS:-4000}
 SFT2_STEPS=${SFT2_STEPS:-3000}
-SFT2_STOP=${SFT2_STOP:-$SFT2_STEPS}
-SFT3_STEPS=${SFT3_STEPS:-3000}
 WORLDS3=${WORLDS3:-11 12}
 TRACES3=${TRACES3:-1500}
-SFT4_STEPS=${SFT4_STEPS:-2500}
 WORLDS4=${WORLDS4:-21 22 23 24 25 26 27 28 29 30 31 32}
 TRACES4=${TRACES4:-300}
 SFT_BATCH=${SFT_BATCH:-8}
@@ -72,53 +75,34 @@ if [ ! -f "$B/init.gguf" ]; then
     $AF model make-random --arch qwen2 --shape "$SHAPE" --type F32 --seed "$SEED" \
         --vocab-from "$B/vocab.gguf" "$B/init.gguf"
 fi
-# Phase 1: the loss on every token of the transcripts. The tool results and the memory repeat
-# names and numbers, so this is where copying from the context is learnt; on the replies alone
-# (1.3M of 10.8M tokens) a first model copied names only in part (docs/WORLD.md).
-if [ ! -f "$B/sft/done" ]; then
-    say "SFT phase 1 (every token): $SFT_STEPS steps of $SFT_BATCH conversations, $THREADS threads"
-    resume=()
-    [ -d "$B/sft" ] && resume=(--resume)
-    $AF train sft --model "$B/init.gguf" --data "$B/sft.jsonl" --out "$B/sft" --full \
-        --loss-on all --lr 1e-3 --schedule cosine --warmup 200 --min-lr-ratio 0.1 \
-        --weight-decay 0.01 --steps "$SFT_STEPS" --batch "$SFT_BATCH" --max-seq 1024 \
-        --seed "$SEED" --threads "$THREADS" --save-every 250 "${resume[@]}"
-    touch "$B/sft/done"
+# The phases' data, all written before any training (STAGE=data stops there).
+# Copy drills (`world drills`: a sub-goal's numbers into a Python call, a printed result into
+# an answer, one value among several facts, a list repeated). Copying digits from the context
+# is the capability a model this small may never find on the transcripts: with the loss on
+# every token (the first recipe) a rebuild in another data order copied no digit at all, and
+# drills mixed into that loss did not teach it either; on the drills' replies alone it is
+# learnt in 2,000 short steps (40 of 40 held-out drills). docs/WORLD.md has the figures.
+if [ ! -f "$B/drills.jsonl" ]; then
+    say "copy drills: $DRILLS + $DRILLS1"
+    $AF world drills --out "$B/drills.jsonl" --n "$DRILLS" --seed 3
+    $AF world drills --out "$B/drills1.jsonl" --n "$DRILLS1" --seed 5
 fi
-# Phase 2: 3,000 more steps from phase 1's weights, still on every token, with each final
-# answer (the module that reads the value out of the results) in the mix twice, on the same
-# cosine shape at a lower peak. Measured: 13/50 held-out questions against 11/50 after phase 1
-# (Q8_0; within the noise of 50 questions, docs/WORLD.md). An earlier phase 2 on the replies
-# alone took the score from 12/50 to 2/50.
-final="$B/sft/model.gguf"
-if [ "$SFT2_STEPS" -gt 0 ] && [ ! -f "$B/sft2/done" ]; then
-    say "SFT phase 2 (every token, answers twice): $SFT2_STEPS steps"
-    cat "$B/sft.jsonl" "$B/sft.direct_output.jsonl" >"$B/sft2.jsonl"
-    resume=()
-    [ -d "$B/sft2" ] && resume=(--resume)
-    $AF train sft --model "$B/sft/model.gguf" --data "$B/sft2.jsonl" --out "$B/sft2" --full \
-        --loss-on all --lr 4e-4 --schedule cosine --warmup 100 --min-lr-ratio 0.1 \
-        --weight-decay 0.01 --steps "$SFT2_STEPS" --stop-after "$SFT2_STOP" \
-        --batch "$SFT_BATCH" --max-seq 1024 --seed 2 --threads "$THREADS" --save-every 250 \
-        "${resume[@]}"
-    touch "$B/sft2/done"
+# Phase 1's data: world 1's transcripts with more drills, so that the copying is kept while
+# the formats are learnt.
+if [ ! -f "$B/p1.jsonl" ]; then
+    cat "$B/sft.jsonl" "$B/drills1.jsonl" >"$B/p1.jsonl"
 fi
-if [ "$SFT2_STEPS" -gt 0 ]; then
-    final="$B/sft2/model.gguf"
-fi
-# Phases 3 and 4: traces of worlds with other seeds (the same language, other names and facts),
-# so that a name or a value can only be copied from the context, not recalled. After phases 1
-# and 2 the model answered 25 of 100 held-out questions of its own world and 0 of 100 of a world
-# it had never seen: it recalled world 1 more than it read. Phase 3 (two other worlds, 1,500
-# questions a family each) alone did not help; phase 4 (twelve more worlds, 300 questions a
-# family each) made it read (docs/WORLD.md has the figures). Each phase keeps a sample of world
-# 1's traces in the mix, and counts the other worlds' final answers twice.
-# extra_phase NAME FROM STEPS SEED OWN_SAMPLE TRACES WORLD_SEEDS...
-extra_phase() {
-    local name=$1 from=$2 steps=$3 seed=$4 own=$5 traces=$6
-    shift 6
-    [ -f "$B/$name/done" ] && return 0
-    say "SFT $name (other worlds: $*): $steps steps"
+# Phase 2's data: traces of worlds with other seeds (the same language, other names and
+# facts), so that a name or a value can only be read from the context, not recalled: two
+# worlds at TRACES3 questions a family and twelve at TRACES4, with each world's final answers
+# counted twice, samples of world 1's traces and drills. After phase 1 alone the model chained
+# names poorly on a world it had never seen (world 13's multi-hop questions).
+# other_worlds NAME OWN TRACES SEEDS...: NAME.jsonl, the worlds' traces, their answers again
+# and OWN of world 1's.
+other_worlds() {
+    local name=$1 own=$2 traces=$3
+    shift 3
+    [ -f "$B/$name.jsonl" ] && return 0
     local mix=() answers=() w
     for w in "$@"; do
         if [ ! -f "$B/w$w/sft.jsonl" ]; then
@@ -132,23 +116,45 @@ extra_phase() {
     done
     shuf -n "$own" --random-source=<(yes) "$B/sft.jsonl" >"$B/${name}_own.jsonl"
     cat "${mix[@]}" "${answers[@]}" "$B/${name}_own.jsonl" >"$B/$name.jsonl"
+}
+if [ "$SFT2_STEPS" -gt 0 ]; then
+    say "traces of other worlds: $WORLDS3 ($TRACES3 a family), $WORLDS4 ($TRACES4)"
+    # shellcheck disable=SC2086 # the seeds are lists
+    other_worlds read3 30000 "$TRACES3" $WORLDS3
+    # shellcheck disable=SC2086
+    other_worlds read4 15000 "$TRACES4" $WORLDS4
+    # The phase-0 drills again (NAMES2 > 0 makes that share of them copy names of the
+    # worlds' syllables; tried at 0.5 against garbled names in multi-hop chains, no better).
+    if [ ! -f "$B/drills2.jsonl" ]; then
+        $AF world drills --out "$B/drills2.jsonl" --n "$DRILLS" --seed 3 --names "$NAMES2"
+    fi
+    [ -f "$B/p2.jsonl" ] || cat "$B/read3.jsonl" "$B/read4.jsonl" "$B/drills2.jsonl" >"$B/p2.jsonl"
+fi
+[ "${STAGE:-all}" = data ] && exit 0
+
+# train NAME FROM DATA STEPS SEED LR WARMUP BATCH MAX_SEQ: one SFT phase on the replies (the
+# loss on assistant tokens only), resumable from its checkpoints, skipped once done.
+train() {
+    local name=$1 from=$2 data=$3 steps=$4 seed=$5 lr=$6 warmup=$7 batch=$8 seq=$9
+    [ -f "$B/$name/done" ] && return 0
     local resume=()
     [ -d "$B/$name" ] && resume=(--resume)
-    $AF train sft --model "$from" --data "$B/$name.jsonl" --out "$B/$name" --full \
-        --loss-on all --lr 3e-4 --schedule cosine --warmup 100 --min-lr-ratio 0.1 \
-        --weight-decay 0.01 --steps "$steps" --batch "$SFT_BATCH" --max-seq 1024 \
+    $AF train sft --model "$from" --data "$data" --out "$B/$name" --full \
+        --loss-on assistant --lr "$lr" --schedule cosine --warmup "$warmup" --min-lr-ratio 0.1 \
+        --weight-decay 0.01 --steps "$steps" --batch "$batch" --max-seq "$seq" \
         --seed "$seed" --threads "$THREADS" --save-every 250 "${resume[@]}"
     touch "$B/$name/done"
 }
-if [ "$SFT3_STEPS" -gt 0 ]; then
-    # shellcheck disable=SC2086 # the seeds are a list
-    extra_phase sft3 "$final" "$SFT3_STEPS" 3 30000 "$TRACES3" $WORLDS3
-    final="$B/sft3/model.gguf"
-fi
-if [ "$SFT4_STEPS" -gt 0 ]; then
-    # shellcheck disable=SC2086
-    extra_phase sft4 "$final" "$SFT4_STEPS" 4 15000 "$TRACES4" $WORLDS4
-    final="$B/sft4/model.gguf"
+say "SFT phase 0 (copy drills alone): $DRILL_STEPS steps"
+train p0-drills "$B/init.gguf" "$B/drills.jsonl" "$DRILL_STEPS" "$SEED" 1e-3 50 \
+    $((SFT_BATCH * 2)) 256
+say "SFT phase 1 (world 1's replies and drills): $SFT_STEPS steps"
+train p1-world1 "$B/p0-drills/model.gguf" "$B/p1.jsonl" "$SFT_STEPS" "$SEED" 1e-3 200 "$SFT_BATCH" 1024
+final="$B/p1-world1/model.gguf"
+if [ "$SFT2_STEPS" -gt 0 ]; then
+    say "SFT phase 2 (other worlds and drills): $SFT2_STEPS steps"
+    train p2-worlds "$final" "$B/p2.jsonl" "$SFT2_STEPS" 3 3e-4 100 "$SFT_BATCH" 1024
+    final="$B/p2-worlds/model.gguf"
 fi
 [ "${STAGE:-all}" = sft ] && exit 0
 if [ "$GRPO_STEPS" -gt 0 ] && [ ! -f "$B/grpo/model.gguf" ]; then
@@ -166,15 +172,11 @@ if [ "$GRPO_STEPS" -gt 0 ]; then
 fi
 say "quantize to Q8_0: $OUT"
 $AF model quantize "$final" "$OUT" Q8_0 --name agentflow-world
-$AF train plot "$B/sft"
+$AF train plot "$B/p0-drills"
+$AF train plot "$B/p1-world1"
 if [ "$SFT2_STEPS" -gt 0 ]; then
-    $AF train plot "$B/sft2"
+    $AF train plot "$B/p2-worlds"
 fi
-for p in sft3 sft4; do
-    if [ -f "$B/$p/metrics.jsonl" ]; then
-        $AF train plot "$B/$p"
-    fi
-done
 if [ "$GRPO_STEPS" -gt 0 ]; then
     $AF train plot "$B/grpo"
 fi

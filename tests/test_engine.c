@@ -1187,8 +1187,8 @@ static void test_llm_backend(void **state)
     if (!w) {
         printf("skipping the ignore_eos pass-through check: %s\n", err);
     } else {
-        /* the compact generator's layout, which it was trained on (greedy: it ends after 19
-         * tokens) */
+        /* the compact generator's layout, which it was trained on (greedy: it ends well
+         * before 64 tokens) */
         struct af_msg wm[2] = {
             {"system", "You are a careful assistant. Follow the reply format exactly."},
             {"user", "Query: What is 2 + 3?\nTools:\n- Python_Code_Generator_Tool\nAnalysis:\nA "
