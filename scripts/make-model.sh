@@ -18,7 +18,7 @@
 # VOCAB (tokens), TRACES (questions per family), DRILLS and DRILL_STEPS (phase 0: 30,000 drills,
 # 2,000 steps), DRILLS1 (drills mixed into phase 1, 40,000), NAMES2 (the share of name drills
 # among phase 2's DRILLS drills, 0: with 0.5 the model was no better, docs/WORLD.md),
-# SFT_STEPS (phase 1, 4,000), SFT2_STEPS (phase 2, 3,000; 0 skips it), WORLDS3 and TRACES3
+# SFT_STEPS (phase 1, 4,000), SFT2_STEPS (phase 2, 6,000; 0 skips it), WORLDS3 and TRACES3
 # (phase 2's first worlds, "11 12" at 1,500 questions a family), WORLDS4 and TRACES4 (its
 # other worlds, seeds 21-32 at 300), GRPO_STEPS (0, the default: no GRPO), OUT, MODEL_BUILD
 # (the work folder, default build/model), AF (the agentflow binary).
@@ -41,7 +41,7 @@ DRILLS1=${DRILLS1:-40000}
 DRILL_STEPS=${DRILL_STEPS:-2000}
 NAMES2=${NAMES2:-0}
 SFT_STEPS=${SFT_STEPS:-4000}
-SFT2_STEPS=${SFT2_STEPS:-3000}
+SFT2_STEPS=${SFT2_STEPS:-6000}
 WORLDS3=${WORLDS3:-11 12}
 TRACES3=${TRACES3:-1500}
 WORLDS4=${WORLDS4:-21 22 23 24 25 26 27 28 29 30 31 32}
