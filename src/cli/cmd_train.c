@@ -252,7 +252,9 @@ static int do_sft(int argc, char **argv)
             break;
         case O_LOSS_ON:
             if (!strcmp(optarg, "all") || !strcmp(optarg, "assistant") || !strcmp(optarg, "text")) {
-                o.loss_all = !strcmp(optarg, "all") ? 1 : !strcmp(optarg, "text") ? 2 : 0;
+                o.loss_on = !strcmp(optarg, "all")    ? SFT_LOSS_ALL
+                            : !strcmp(optarg, "text") ? SFT_LOSS_TEXT
+                                                      : SFT_LOSS_ASSISTANT;
             } else {
                 fprintf(stderr, "agentflow train: --loss-on: '%s' is not assistant, all or text\n",
                         optarg);

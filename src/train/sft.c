@@ -110,8 +110,9 @@ static char *settings_json(const struct run *r)
         "weight_decay", (double)o->adamw.weight_decay, "clip", (double)o->clip, "batch",
         (json_int_t)o->batch, "accum", (json_int_t)o->accum, "max_seq", (json_int_t)o->max_seq,
         "seed", (json_int_t)o->seed, "chat_template", o->chat_template ? o->chat_template : "");
-    if (o->loss_all) /* only when set, so runs from before the option still resume */
-        json_object_set_new(s, "loss_on", json_string(o->loss_all == 2 ? "text" : "all"));
+    if (o->loss_on != SFT_LOSS_ASSISTANT) /* only when set, so older runs still resume */
+        json_object_set_new(s, "loss_on",
+                            json_string(o->loss_on == SFT_LOSS_TEXT ? "text" : "all"));
     char *text = json_dumps(s, JSON_COMPACT);
     json_decref(s);
     return text;
@@ -345,16 +346,16 @@ static int setup(struct run *r, char *err, size_t errlen)
                 o->data_path);
         return AF_EPARSE;
     }
-    if (o->loss_all == 2)
+    if (o->loss_on == SFT_LOSS_TEXT)
         sft_data_target_text(r->data, r->m->tok);
-    else if (o->loss_all)
+    else if (o->loss_on == SFT_LOSS_ALL)
         sft_data_target_all(r->data);
     note(r,
          "data: %zu conversations, %lld tokens, %lld %s tokens (%zu cut to --max-seq "
          "%lld, %zu skipped)",
          r->data->n, (long long)r->data->n_tokens, (long long)r->data->n_target,
-         o->loss_all ? "target" : "assistant", r->data->n_truncated, (long long)o->max_seq,
-         r->data->n_skipped);
+         o->loss_on != SFT_LOSS_ASSISTANT ? "target" : "assistant", r->data->n_truncated,
+         (long long)o->max_seq, r->data->n_skipped);
     if (o->val_path) {
         if ((rc = sft_data_load(o->val_path, r->m, o->chat_template, o->max_seq, &r->val, err,
                                 errlen)))

@@ -38,6 +38,8 @@ struct train_sft_step {
 
 typedef void (*train_sft_step_fn)(void *user, const struct train_sft_step *s);
 
+enum sft_loss_on { SFT_LOSS_ASSISTANT, SFT_LOSS_ALL, SFT_LOSS_TEXT };
+
 struct train_sft_opts {
     const char *model_path, *data_path, *out_dir;
     const char *chat_template; /* NULL = the model's */
@@ -55,10 +57,10 @@ struct train_sft_opts {
     int64_t steps;            /* default 100 */
     int64_t batch, accum;     /* conversations per micro-step, micro-steps per step; 1, 1 */
     int64_t max_seq;          /* default 1024 */
-    int loss_all;             /* 1: the loss covers every token, prompts included (the
-                                 validation loss stays on the replies); 2: the same but for
-                                 the prompts' tokens with a digit (--loss-on text); 0:
-                                 replies only */
+    enum sft_loss_on loss_on; /* SFT_LOSS_ASSISTANT (default): the replies only; SFT_LOSS_ALL:
+                                 every token, prompts included; SFT_LOSS_TEXT: every token but
+                                 the prompts' tokens with a digit (the validation loss stays on
+                                 the replies) */
     uint64_t seed;            /* default 0 */
     int64_t save_every;       /* default 50; the last step always saves */
     int keep;                 /* checkpoints kept; default 2 */
