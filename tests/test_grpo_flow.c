@@ -669,7 +669,8 @@ static void test_judge_and_bench_data(void **state)
 
 /* --full: every weight trained; the engine samples with the new weights (the trainer and the
  * engine agree on the sampled tokens' log-probs after updates), the reference stays the
- * file's (KL grows), RUN/model.gguf loads, and a resumed run writes the same file. */
+ * file's (KL grows), RUN/model.gguf loads, and a resumed run writes the same file (also when
+ * the run had finished and its model file is gone). */
 static void test_full_mode(void **state)
 {
     (void)state;
@@ -707,6 +708,13 @@ static void test_full_mode(void **state)
                           "--save-every", "1",       "--resume", NULL};
     if (grpo("full2", rest, err, sizeof err) != 0)
         fail_msg("train grpo --full --resume: %s", err);
+    assert_same_file("full", "full2", "model.gguf");
+    /* A finished run whose model file is gone (a kill between the checkpoint and the model)
+     * gets it back from --resume. */
+    snprintf(mp, sizeof mp, "%s/full2/model.gguf", dir);
+    assert_int_equal(unlink(mp), 0);
+    if (grpo("full2", rest, err, sizeof err) != 0)
+        fail_msg("train grpo --full --resume of a finished run: %s", err);
     assert_same_file("full", "full2", "model.gguf");
 }
 

@@ -321,6 +321,17 @@ static void test_full_model_loads(void **state)
     assert_null(strstr(name, "random"));
     free(name);
     gguf_close(g);
+    /* A finished run whose model file is gone (a kill between the checkpoint and the model)
+     * gets it back from --resume, the same bytes as the uninterrupted run's. */
+    char pb[500];
+    snprintf(pb, sizeof pb, "%s/full_b/model.gguf", dir);
+    assert_int_equal(unlink(pb), 0);
+    char b[400];
+    snprintf(b, sizeof b, "%s/full_b", dir);
+    const char *again[] = {"--full", "--lr",     "1e-3", "--save-every", "10", "--steps",
+                           "20",     "--resume", NULL};
+    sft_ok(b, again);
+    same_file(path, pb);
 }
 
 static void expect_fail(const char *out, const char *const *extra, int code, const char *needle)

@@ -698,13 +698,13 @@ static json_t *metrics_json(const struct run *r, const struct step_sums *s,
     return j;
 }
 
-static int save(struct run *r, char *err, size_t errlen)
+/* The run's outputs (model.gguf, or the adapter's PEFT folder) from the weights as they are. */
+static int write_outputs(struct run *r, char *err, size_t errlen)
 {
     if (train_dist_rank() != 0)
         return AF_OK;
-    int rc = ckpt_save(r->o->out_dir, &r->st, r->lora, r->m, r->params, r->np, &r->opt, r->o->keep,
-                       err, errlen);
-    if (!rc && r->lora)
+    int rc = AF_OK;
+    if (r->lora)
         rc = lora_save_peft(r->lora, r->m, r->o->out_dir, r->base_path, err, errlen);
     if (!rc && !r->lora) {
         char path[4096];
@@ -712,6 +712,15 @@ static int save(struct run *r, char *err, size_t errlen)
         rc = ckpt_write_gguf(r->m, r->base_path, r->params, r->np, path, err, errlen);
     }
     return rc;
+}
+
+static int save(struct run *r, char *err, size_t errlen)
+{
+    if (train_dist_rank() != 0)
+        return AF_OK;
+    int rc = ckpt_save(r->o->out_dir, &r->st, r->lora, r->m, r->params, r->np, &r->opt, r->o->keep,
+                       err, errlen);
+    return rc ? rc : write_outputs(r, err, errlen);
 }
 
 /* The trained weights into the engine that samples the rollouts. */
@@ -994,9 +1003,13 @@ int train_grpo_run(const struct train_grpo_opts *o, char *err, size_t errlen)
         else
             note(&r, "%lld questions, %lld steps of %lld x %lld rollouts; every weight trained",
                  (long long)r.n_data, (long long)r.steps, (long long)o->batch, (long long)o->group);
-        if (r.st.step >= r.steps)
+        /* The outputs again from the last checkpoint: a kill between the checkpoint and the
+         * model file must not leave a finished run without its model. */
+        if (r.st.step >= r.steps) {
             note(&r, "the run already has %lld steps (--steps %lld): nothing to do",
                  (long long)r.st.step, (long long)r.steps);
+            rc = write_outputs(&r, err, errlen);
+        }
         while (!rc && r.st.step < r.steps) {
             struct train_grpo_step s;
             if ((rc = step_once(&r, &s, err, errlen)))

@@ -204,18 +204,23 @@ static int log_step(struct run *r, const struct train_sft_step *s, char *err, si
     return rc;
 }
 
-static int save(struct run *r, char *err, size_t errlen)
+/* The run's outputs (model.gguf, or the adapter's PEFT folder) from the weights as they are. */
+static int write_outputs(struct run *r, char *err, size_t errlen)
 {
     const struct train_sft_opts *o = r->o;
-    int rc = ckpt_save(o->out_dir, &r->st, r->lora, r->m, r->params, r->np, &r->opt, o->keep, err,
-                       errlen);
-    if (rc)
-        return rc;
     if (r->lora)
         return lora_save_peft(r->lora, r->m, o->out_dir, o->model_path, err, errlen);
     char path[4096];
     snprintf(path, sizeof path, "%s/model.gguf", o->out_dir);
     return ckpt_write_gguf(r->m, o->model_path, r->params, r->np, path, err, errlen);
+}
+
+static int save(struct run *r, char *err, size_t errlen)
+{
+    const struct train_sft_opts *o = r->o;
+    int rc = ckpt_save(o->out_dir, &r->st, r->lora, r->m, r->params, r->np, &r->opt, o->keep, err,
+                       errlen);
+    return rc ? rc : write_outputs(r, err, errlen);
 }
 
 static int check_opts(const struct train_sft_opts *o, char *err, size_t errlen)
@@ -449,9 +454,13 @@ int train_sft_run(const struct train_sft_opts *o, char *err, size_t errlen)
         snprintf(path, sizeof path, "%s/metrics.jsonl", o->out_dir);
         if (!rc)
             rc = af_linelog_open(path, &r.metrics, err, errlen);
-        if (r.st.step >= o->steps && !rc)
+        /* The outputs again from the last checkpoint: a kill between the checkpoint and the
+         * model file must not leave a finished run without its model. */
+        if (r.st.step >= o->steps && !rc) {
             note(&r, "the run already has %lld steps (--steps %lld): nothing to do",
                  (long long)r.st.step, (long long)o->steps);
+            rc = write_outputs(&r, err, errlen);
+        }
         while (!rc && r.st.step < o->steps) {
             struct train_sft_step s;
             if ((rc = step_once(&r, &s, err, errlen)))
