@@ -662,6 +662,39 @@ static void test_expert_traces(void **state)
     proc_result_deinit(&r);
     snprintf(path, sizeof path, "%s/noisy.planner.jsonl", t.path);
     assert_true(count_in_file(path, "Tool Name: Generalist_Solution_Generator_Tool") > 0);
+
+    /* --fact: only the questions that read that fact, every one of them, all solved. */
+    char occ[160];
+    snprintf(occ, sizeof occ, "%s/occ.jsonl", t.path);
+    const char *fact[] = {proc_agentflow_bin(),
+                          "world",
+                          "traces",
+                          "--world",
+                          w,
+                          "--out",
+                          occ,
+                          "--bench",
+                          "world-lookup,world-multihop",
+                          "--fact",
+                          "occupation",
+                          "--limit",
+                          "20",
+                          NULL};
+    assert_int_equal(proc_run(fact, NULL, 600, &r), 0);
+    if (r.exit_code != 0)
+        fail_msg("world traces --fact: exit %d: %s", r.exit_code, r.err);
+    assert_non_null(strstr(r.err, "40 traces (train split), 40 reached the gold answer"));
+    proc_result_deinit(&r);
+    snprintf(path, sizeof path, "%s/occ.direct_output.jsonl", t.path);
+    assert_int_equal(proc_count_lines(path), 40);
+    assert_int_equal(count_in_file(path, "Query: What was the occupation of "), 40);
+    const char *none[] = {
+        proc_agentflow_bin(), "world", "traces", "--world", w, "--out", occ, "--fact",
+        "no-such-fact",       NULL};
+    assert_int_equal(proc_run(none, NULL, 60, &r), 0);
+    assert_int_equal(r.exit_code, 2);
+    assert_non_null(strstr(r.err, "no questions selected"));
+    proc_result_deinit(&r);
     tmp_remove(&t);
 }
 

@@ -31,7 +31,7 @@ static const char *const modules[] = {"query_analysis", "planner",       "execut
 _Static_assert(sizeof modules / sizeof modules[0] == N_OUT, "one output per module, plus all");
 
 struct tr_args {
-    const char *world, *split, *out, *bench, *prompts;
+    const char *world, *split, *out, *bench, *prompts, *fact;
     double noise;
     unsigned long long seed;
     long limit;
@@ -43,8 +43,8 @@ static void usage(FILE *f)
     fprintf(
         f,
         "usage: " CMD " --world DIR --out FILE [--split train|val|test] [--noise P]\n"
-        "       [--seed S] [--bench LIST] [--limit N] [--concurrency N] [--prompts DIR|compact]\n"
-        "       [--max-steps N]\n"
+        "       [--seed S] [--bench LIST] [--fact NAME] [--limit N] [--concurrency N]\n"
+        "       [--prompts DIR|compact] [--max-steps N]\n"
         "\n"
         "Runs the flow on the split's questions (default train) of the world that `agentflow\n"
         "world build` wrote in DIR, with a scripted expert answering every module and the\n"
@@ -59,7 +59,9 @@ static void usage(FILE *f)
         "                   solution and must reach the gold answer)\n"
         "  --seed S         which traces are imperfect (default 0)\n"
         "  --bench LIST     world-lookup,world-multihop,world-calc,world-24 (default all)\n"
-        "  --limit N        the first N questions of each benchmark\n"
+        "  --fact NAME      only the questions whose solution reads the fact NAME (occupation,\n"
+        "                   founder, capital, ...: the \"fact\" of a solution step)\n"
+        "  --limit N        the first N questions of each benchmark (after --fact)\n"
         "  --concurrency N  solves at once (default 2)\n"
         "  --prompts DIR    the prompt templates the model will be trained with\n"
         "A solve in which a tool call timed out or could not run (a loaded machine) is run\n"
@@ -233,6 +235,20 @@ static void *worker(void *p)
     }
 }
 
+/* Whether a step of the question's solution reads the fact `fact`. */
+static int reads_fact(json_t *item, const char *fact)
+{
+    size_t i;
+    json_t *step;
+    json_array_foreach(json_object_get(item, "solution"), i, step)
+    {
+        const char *f = json_string_value(json_object_get(step, "fact"));
+        if (f && !strcmp(f, fact))
+            return 1;
+    }
+    return 0;
+}
+
 static int load_split(const struct tr_args *a, json_t *items)
 {
     const char *const *benches = af_world_benchmarks();
@@ -268,13 +284,18 @@ static int load_split(const struct tr_args *a, json_t *items)
                 free(data);
                 return CLI_EINPUT;
             }
+            if (a->fact && !reads_fact(it, a->fact)) {
+                json_decref(it);
+                continue;
+            }
             json_array_append_new(items, it);
             n++;
         }
         free(data);
     }
     if (json_array_size(items) == 0) {
-        fprintf(stderr, CMD ": no questions selected (--bench %s)\n", a->bench ? a->bench : "");
+        fprintf(stderr, CMD ": no questions selected (--bench %s, --fact %s)\n",
+                a->bench ? a->bench : "all", a->fact ? a->fact : "any");
         return CLI_EUSAGE;
     }
     return CLI_OK;
@@ -330,6 +351,8 @@ static int parse_args(int argc, char **argv, struct tr_args *a)
             a->bench = v;
         else if (!strcmp(o, "--prompts"))
             a->prompts = v;
+        else if (!strcmp(o, "--fact"))
+            a->fact = v;
         else if (!strcmp(o, "--noise"))
             a->noise = strtod(v, &end);
         else if (!strcmp(o, "--seed"))
