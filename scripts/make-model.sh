@@ -3,7 +3,8 @@
 # traces on its training split, a BPE vocabulary, a qwen2 model trained from scratch with SFT on
 # the expert's replies in three phases (copy drills first, then world 1's traces with more
 # drills, then mostly traces of other worlds, so that a fact can only be read from the
-# context, not recalled), optionally Flow-GRPO on the planner, quantized to Q8_0. The shipped
+# context, not recalled, then the questions of the one fact it did not learn to read),
+# optionally Flow-GRPO on the planner, quantized to Q8_0. The shipped
 # models/agentflow-world.gguf is this recipe's output with its defaults (no GRPO); see
 # docs/WORLD.md for how far that has been checked.
 #
@@ -20,8 +21,10 @@
 # among phase 2's DRILLS drills, 0: with 0.5 the model was no better, docs/WORLD.md),
 # SFT_STEPS (phase 1, 4,000), SFT2_STEPS (phase 2, 6,000; 0 skips it), WORLDS3 and TRACES3
 # (phase 2's first worlds, "11 12" at 1,500 questions a family), WORLDS4 and TRACES4 (its
-# other worlds, seeds 21-32 at 300), GRPO_STEPS (0, the default: no GRPO), OUT, MODEL_BUILD
-# (the work folder, default build/model), AF (the agentflow binary).
+# other worlds, seeds 21-32 at 300), SFT3_STEPS (phase 3, 1,000; 0 skips it), WORLDS5 and
+# FACTS5 (phase 3's worlds, "41 42 43", and the facts their questions are chosen by,
+# "occupation"), TRACES5 (phase 3's questions a family and fact, default all), GRPO_STEPS (0, the default: no GRPO), OUT, MODEL_BUILD (the work folder,
+# default build/model), AF (the agentflow binary).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -46,6 +49,10 @@ WORLDS3=${WORLDS3:-11 12}
 TRACES3=${TRACES3:-1500}
 WORLDS4=${WORLDS4:-21 22 23 24 25 26 27 28 29 30 31 32}
 TRACES4=${TRACES4:-300}
+SFT3_STEPS=${SFT3_STEPS:-1000}
+WORLDS5=${WORLDS5:-41 42 43}
+FACTS5=${FACTS5:-occupation}
+TRACES5=${TRACES5:-0}
 SFT_BATCH=${SFT_BATCH:-8}
 GRPO_STEPS=${GRPO_STEPS:-0}
 OUT=${OUT:-models/agentflow-world.gguf}
@@ -130,6 +137,36 @@ if [ "$SFT2_STEPS" -gt 0 ]; then
     fi
     [ -f "$B/p2.jsonl" ] || cat "$B/read3.jsonl" "$B/read4.jsonl" "$B/drills2.jsonl" >"$B/p2.jsonl"
 fi
+# Phase 3's data: every training question of worlds WORLDS5 whose solution reads a fact of
+# FACTS5, with as many conversations of phase 2's data. After phase 2 the model answered no
+# occupation question (0 of 23 in the test evals, 2 of 30 held-out verifier calls): unlike a
+# name or a number, an occupation is one word with no cue it shares with the reply ("Known:
+# X: occupation navigator." after "X was a navigator born in ..."), so no induction copies it,
+# and at one conversation in 150 the model settled for the prior over the 18 occupations.
+# At one in two it reads them within 250 steps (docs/WORLD.md).
+if [ "$SFT3_STEPS" -gt 0 ] && [ "$SFT2_STEPS" -gt 0 ] && [ ! -f "$B/p3.jsonl" ]; then
+    say "traces of the questions on $FACTS5 in worlds $WORLDS5"
+    facts=()
+    for w in $WORLDS5; do
+        if [ ! -f "$B/w$w/facts.jsonl" ]; then
+            mkdir -p "$B/w$w"
+            [ -f "$B/w$w/world/wiki.db" ] || $AF world build --seed "$w" --out "$B/w$w/world"
+            for f in ${FACTS5//,/ }; do
+                $AF world traces --world "$B/w$w/world" --split train \
+                    --bench world-lookup,world-multihop --fact "$f" --limit "$TRACES5" \
+                    --prompts compact \
+                    --out "$B/w$w/fact-$f.jsonl" --concurrency "$THREADS"
+                cat "$B/w$w/fact-$f.jsonl" >>"$B/w$w/facts.jsonl.tmp"
+            done
+            mv "$B/w$w/facts.jsonl.tmp" "$B/w$w/facts.jsonl"
+        fi
+        facts+=("$B/w$w/facts.jsonl")
+    done
+    cat "${facts[@]}" >"$B/p3_facts.jsonl"
+    shuf -n "$(wc -l <"$B/p3_facts.jsonl")" --random-source=<(yes) "$B/p2.jsonl" >"$B/p3_own.jsonl"
+    cat "$B/p3_facts.jsonl" "$B/p3_own.jsonl" >"$B/p3.jsonl.tmp"
+    mv "$B/p3.jsonl.tmp" "$B/p3.jsonl"
+fi
 [ "${STAGE:-all}" = data ] && exit 0
 
 # train NAME FROM DATA STEPS SEED LR WARMUP BATCH MAX_SEQ: one SFT phase on the replies (the
@@ -155,6 +192,11 @@ if [ "$SFT2_STEPS" -gt 0 ]; then
     say "SFT phase 2 (other worlds and drills): $SFT2_STEPS steps"
     train p2-worlds "$final" "$B/p2.jsonl" "$SFT2_STEPS" 3 3e-4 100 "$SFT_BATCH" 1024
     final="$B/p2-worlds/model.gguf"
+    if [ "$SFT3_STEPS" -gt 0 ]; then
+        say "SFT phase 3 (the questions on $FACTS5): $SFT3_STEPS steps"
+        train p3-facts "$final" "$B/p3.jsonl" "$SFT3_STEPS" 5 3e-4 50 "$SFT_BATCH" 1024
+        final="$B/p3-facts/model.gguf"
+    fi
 fi
 [ "${STAGE:-all}" = sft ] && exit 0
 if [ "$GRPO_STEPS" -gt 0 ] && [ ! -f "$B/grpo/model.gguf" ]; then
@@ -176,6 +218,9 @@ $AF train plot "$B/p0-drills"
 $AF train plot "$B/p1-world1"
 if [ "$SFT2_STEPS" -gt 0 ]; then
     $AF train plot "$B/p2-worlds"
+fi
+if [ "$SFT2_STEPS" -gt 0 ] && [ "$SFT3_STEPS" -gt 0 ]; then
+    $AF train plot "$B/p3-facts"
 fi
 if [ "$GRPO_STEPS" -gt 0 ]; then
     $AF train plot "$B/grpo"

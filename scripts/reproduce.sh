@@ -23,9 +23,9 @@ cd "$(dirname "$0")/.."
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
 AF=${AF:-./build/agentflow}
 MB=${MODEL_BUILD:-build/model}
-# The last SFT phase that make-model.sh finished (phase 2 is optional there).
+# The last SFT phase that make-model.sh finished (phases 2 and 3 are optional there).
 if [ -z "${BASE:-}" ]; then
-    for p in p2-worlds p1-world1; do
+    for p in p3-facts p2-worlds p1-world1; do
         BASE=$MB/$p/model.gguf
         [ -f "$BASE" ] && break
     done
