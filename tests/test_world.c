@@ -1014,8 +1014,7 @@ static void test_make_model_reproducible(void **state)
 #define EMBEDDED_MIN_CORRECT 36 /* 45 measured (before phase 3: 32; the first recipe: 31) */
 /* The same on a world of another seed, which no training data came from: every name and
  * value must be read from the search results. */
-#define EMBEDDED_MIN_CORRECT_UNSEEN 28 /* 36 measured (before phase 3: 39; the first recipe: 34)   \
-                                        */
+#define EMBEDDED_MIN_CORRECT_UNSEEN 28 /* 36 measured (before phase 3: 39; first recipe: 34) */
 
 /* The embedded model on the first 25 test questions of world-lookup and of world-multihop of
  * the world of `seed`: at least `min_correct` of the 50 exactly right. */
