@@ -151,6 +151,7 @@ if [ "$SFT3_STEPS" -gt 0 ] && [ "$SFT2_STEPS" -gt 0 ] && [ ! -f "$B/p3.jsonl" ];
         if [ ! -f "$B/w$w/facts.jsonl" ]; then
             mkdir -p "$B/w$w"
             [ -f "$B/w$w/world/wiki.db" ] || $AF world build --seed "$w" --out "$B/w$w/world"
+            rm -f "$B/w$w/facts.jsonl.tmp" # an interrupted run's part
             for f in ${FACTS5//,/ }; do
                 $AF world traces --world "$B/w$w/world" --split train \
                     --bench world-lookup,world-multihop --fact "$f" --limit "$TRACES5" \
