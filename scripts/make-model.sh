@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # make-model.sh - the recipe of the embedded model (`make model`): a practice world, expert
 # traces on its training split, a BPE vocabulary, a qwen2 model trained from scratch with SFT on
-# the expert's replies in three phases (copy drills first, then world 1's traces with more
+# the expert's replies in four phases (copy drills first, then world 1's traces with more
 # drills, then mostly traces of other worlds, so that a fact can only be read from the
 # context, not recalled, then the questions of the one fact it did not learn to read),
 # optionally Flow-GRPO on the planner, quantized to Q8_0. The shipped
@@ -12,7 +12,7 @@
 # THREADS rebuilds the same bytes. Steps whose output exists are skipped (delete build/model to
 # start over; an interrupted phase resumes from its last checkpoint); STAGE=data stops once every
 # phase's data is written, STAGE=sft after SFT.
-# The phases' folders (p0-drills, p1-world1, p2-worlds) are not those of the first recipe
+# The phases' folders (p0-drills, p1-world1, p2-worlds, p3-facts) are not those of the first recipe
 # (sft, sft2-sft4), so a work folder left by it is not mistaken for this one's progress.
 #
 # Settings (environment): THREADS (default 2), SHAPE (custom:LAYERS,EMBD,HEADS,KV,FF),
