@@ -12,8 +12,8 @@
 # THREADS rebuilds the same bytes. Steps whose output exists are skipped (delete build/model to
 # start over; an interrupted phase resumes from its last checkpoint); STAGE=data stops once every
 # phase's data is written, STAGE=sft after SFT.
-# The phases' folders (p0-drills, p1-world1, p2-worlds, p3-facts) are not those of the first recipe
-# (sft, sft2-sft4), so a work folder left by it is not mistaken for this one's progress.
+# The phases' folders (p0-drills, p1-world1, p2-worlds, p3-facts) are not those of the first
+# recipe (sft, sft2-sft4), so a work folder left by it is not mistaken for this one's progress.
 #
 # Settings (environment): THREADS (default 2), SHAPE (custom:LAYERS,EMBD,HEADS,KV,FF),
 # VOCAB (tokens), TRACES (questions per family), DRILLS and DRILL_STEPS (phase 0: 30,000 drills,
