@@ -703,15 +703,11 @@ static int write_outputs(struct run *r, char *err, size_t errlen)
 {
     if (train_dist_rank() != 0)
         return AF_OK;
-    int rc = AF_OK;
     if (r->lora)
-        rc = lora_save_peft(r->lora, r->m, r->o->out_dir, r->base_path, err, errlen);
-    if (!rc && !r->lora) {
-        char path[4096];
-        snprintf(path, sizeof path, "%s/model.gguf", r->o->out_dir);
-        rc = ckpt_write_gguf(r->m, r->base_path, r->params, r->np, path, err, errlen);
-    }
-    return rc;
+        return lora_save_peft(r->lora, r->m, r->o->out_dir, r->base_path, err, errlen);
+    char path[4096];
+    snprintf(path, sizeof path, "%s/model.gguf", r->o->out_dir);
+    return ckpt_write_gguf(r->m, r->base_path, r->params, r->np, path, err, errlen);
 }
 
 static int save(struct run *r, char *err, size_t errlen)
