@@ -147,7 +147,7 @@ model: all
 	./scripts/make-model.sh
 
 # docs/REPRODUCTION.md's tables: (a) SFT, (b) + Flow-GRPO, (c) + offline SFT, 3 seeds (about
-# an hour on 2 cores after `make model`; scripts/reproduce.sh).
+# an hour on 2 cores, from `make model`'s build or else the shipped file; scripts/reproduce.sh).
 reproduce: all
 	./scripts/reproduce.sh
 

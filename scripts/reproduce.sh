@@ -15,7 +15,8 @@
 # study (one test question before and after GRPO). The tables go to $R/summary.md.
 #
 # Steps whose output exists are skipped, so a stopped run continues where it stopped.
-# Settings (environment): AF, BASE (the F32 model of make-model.sh's last SFT phase), WORLD
+# Settings (environment): AF, BASE (the F32 model of make-model.sh's last SFT phase, else the
+# shipped file as F32), MODEL_BUILD (make-model.sh's folder), WORLD
 # (seed 1), REPRO_BUILD (work folder), FAMS, TRAIN_FAMS, SEEDS, NQ, GRPO_STEPS, GRPO_BATCH, GROUP,
 # TEMP, LR, NOISE, LIMIT (test questions per family), THREADS.
 set -euo pipefail
@@ -23,15 +24,23 @@ cd "$(dirname "$0")/.."
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
 AF=${AF:-./build/agentflow}
 MB=${MODEL_BUILD:-build/model}
-# The last SFT phase that make-model.sh finished (phases 2 and 3 are optional there).
+R=${REPRO_BUILD:-build/repro}
+# BASE: the F32 model of the last SFT phase that make-model.sh finished (phases 2 and 3 are
+# optional there); without a make-model.sh build, the shipped file as F32, so that a fresh
+# clone reproduces in about an hour instead of rebuilding the model for three.
 if [ -z "${BASE:-}" ]; then
     for p in p3-facts p2-worlds p1-world1; do
         BASE=$MB/$p/model.gguf
         [ -f "$BASE" ] && break
     done
+    if [ ! -f "$BASE" ]; then
+        BASE=$R/base-f32.gguf
+        mkdir -p "$R"
+        [ -f "$BASE" ] || $AF model quantize models/agentflow-world.gguf "$BASE" F32
+        MB=$R
+    fi
 fi
 WORLD=${WORLD:-$MB/world}
-R=${REPRO_BUILD:-build/repro}
 SEEDS=${SEEDS:-1 2 3}
 NQ=${NQ:-80}
 GRPO_STEPS=${GRPO_STEPS:-8}

@@ -11,6 +11,7 @@
 #include <cmocka.h>
 
 #include <dirent.h>
+#include <sys/stat.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -930,6 +931,72 @@ static void test_run_without_url(void **state)
     tmp_remove(&t);
 }
 
+/* scripts/reproduce.sh and scripts/repair.sh (`make reproduce`, `make repair`) at a tiny scale
+ * on the tiny recipe's build in `dir`: every stage runs ((a), (b) Flow-GRPO, (c) offline SFT,
+ * the --max-steps evals, the summary; the flawed SFT and the GRPO repair), and a second run
+ * finds every output in place and redoes nothing. */
+static void run_script(const char *name, const char *const *env)
+{
+    const char *src = getenv("AGENTFLOW_SRC");
+    char script[512];
+    snprintf(script, sizeof script, "%s/scripts/%s", src ? src : ".", name);
+    const char *argv[] = {"/bin/bash", script, NULL};
+    struct proc_result r;
+    assert_int_equal(proc_run(argv, env, 600, &r), 0);
+    if (r.exit_code != 0)
+        fail_msg("%s: exit %d: %s", name, r.exit_code, r.err);
+    proc_result_deinit(&r);
+}
+
+static void reproduce_tiny(const char *dir, const char *af)
+{
+    char mb[200], rb[200], model[200], rr[200], p[300];
+    snprintf(mb, sizeof mb, "MODEL_BUILD=%s/b0", dir);
+    snprintf(rb, sizeof rb, "REPRO_BUILD=%s/repro", dir);
+    const char *env[] = {
+        af,        mb,        rb,          "SEEDS=1", "NQ=2", "GRPO_STEPS=1", "GRPO_BATCH=2",
+        "GROUP=2", "LIMIT=1", "THREADS=2", NULL};
+    run_script("reproduce.sh", env);
+    snprintf(p, sizeof p, "%s/repro/summary.md", dir);
+    /* One row per arm, each with its one run; the turns table has all four --max-steps. */
+    assert_int_equal(count_in_file(p, "| (a) SFT on clean traces, frozen | 1 |"), 1);
+    assert_int_equal(count_in_file(p, "| (b) (a) + Flow-GRPO | 1 |"), 1);
+    assert_int_equal(count_in_file(p, "| (c) (a) + offline SFT on noisy traces | 1 |"), 1);
+    assert_int_equal(count_in_file(p, "## Average turns by --max-steps"), 1);
+    assert_int_equal(count_in_file(p, "## Case study"), 1);
+    static const char *const evals[] = {
+        "a", "b1", "c1", "a-steps3", "a-steps5", "a-steps7", "b1-steps3", "b1-steps5", "b1-steps7"};
+    for (size_t i = 0; i < sizeof evals / sizeof *evals; i++) {
+        snprintf(p, sizeof p, "%s/repro/eval/%s/summary.json", dir, evals[i]);
+        if (access(p, F_OK) != 0)
+            fail_msg("reproduce.sh left no %s", p);
+    }
+    /* A second run redoes nothing: the GRPO run's model keeps its time. */
+    snprintf(p, sizeof p, "%s/repro/grpo-1/model.gguf", dir);
+    struct stat st0, st1;
+    assert_int_equal(stat(p, &st0), 0);
+    run_script("reproduce.sh", env);
+    assert_int_equal(stat(p, &st1), 0);
+    assert_int_equal(st0.st_mtim.tv_sec, st1.st_mtim.tv_sec);
+    assert_int_equal(st0.st_mtim.tv_nsec, st1.st_mtim.tv_nsec);
+
+    snprintf(model, sizeof model, "MODEL=%s/m0.gguf", dir);
+    snprintf(rr, sizeof rr, "R=%s/repair", dir);
+    const char *env2[] = {af,        model,         rr,        "SEEDS=1",   "NQ=2",
+                          "LIMIT=1", "SFT_STEPS=2", "STEPS=1", "THREADS=2", NULL};
+    run_script("repair.sh", env2);
+    static const char *const repairs[] = {"a-sampled", "a-greedy",   "c1-sampled",
+                                          "c1-greedy", "g1-sampled", "g1-greedy"};
+    for (size_t i = 0; i < sizeof repairs / sizeof *repairs; i++) {
+        snprintf(p, sizeof p, "%s/repair/eval/%s/summary.json", dir, repairs[i]);
+        if (access(p, F_OK) != 0)
+            fail_msg("repair.sh left no %s", p);
+    }
+    /* The repair run finished. */
+    snprintf(p, sizeof p, "%s/repair/grpo-1/model.gguf", dir);
+    assert_int_equal(access(p, F_OK), 0);
+}
+
 /* `make model` at a tiny scale, twice, in two folders: world, traces (four solves at once),
  * vocabulary, initial weights, copy drills, SFT in three phases (drills, world 1's traces, other
  * worlds' traces) and Q8_0 must come out as the same bytes,
@@ -1003,6 +1070,7 @@ static void test_make_model_reproducible(void **state)
     assert_null(memmem(a, na, "qwen2-custom", 12));
     free(a);
     free(b);
+    reproduce_tiny(t.path, af);
     tmp_remove(&t);
 }
 
@@ -1141,5 +1209,8 @@ int main(void)
         cmocka_unit_test(test_embedded_model_reads_unseen_world),
         cmocka_unit_test(test_make_model_reproducible),
     };
+    /* AF_TEST_FILTER=test_make_model* runs one test of this slow file. */
+    if (getenv("AF_TEST_FILTER"))
+        cmocka_set_test_filter(getenv("AF_TEST_FILTER"));
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
