@@ -48,16 +48,19 @@ def arm(names):
     return cells, len(got)
 
 
-print("## Accuracy on the test split (%, mean ± population std over seeds)\n")
-print("| Planner | runs | " + " | ".join(FAMS) + " | all |")
-print("|---|---:|" + "---:|" * (len(FAMS) + 1))
-for label, names in [
-    ("(a) SFT on clean traces, frozen", ["a"]),
-    ("(b) (a) + Flow-GRPO", ["b" + s for s in SEEDS]),
-    ("(c) (a) + offline SFT on noisy traces", ["c" + s for s in SEEDS]),
-]:
-    cells, n = arm(names)
-    print("| %s | %d | %s |" % (label, n, " | ".join(cells)))
+for title, sfx in (("the planner sampled as the flow samples it", ""),
+                   ("the planner greedy, as `run` without --url has it", "-greedy")):
+    print("## Accuracy on the test split, %s (%%, mean ± population std over seeds)\n" % title)
+    print("| Planner | runs | " + " | ".join(FAMS) + " | all |")
+    print("|---|---:|" + "---:|" * (len(FAMS) + 1))
+    for label, names in [
+        ("(a) SFT on clean traces, frozen", ["a"]),
+        ("(b) (a) + Flow-GRPO", ["b" + s for s in SEEDS]),
+        ("(c) (a) + offline SFT on noisy traces", ["c" + s for s in SEEDS]),
+    ]:
+        cells, n = arm([nm + sfx for nm in names])
+        print("| %s | %d | %s |" % (label, n, " | ".join(cells)))
+    print()
 
 first = SEEDS[0]
 

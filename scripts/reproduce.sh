@@ -49,7 +49,7 @@ GROUP=${GROUP:-8}
 TEMP=${TEMP:-1.0}
 LR=${LR:-5e-5}
 NOISE=${NOISE:-0.5}
-LIMIT=${LIMIT:-40}
+LIMIT=${LIMIT:-100}
 THREADS=${THREADS:-2}
 TOOLS=Wikipedia_RAG_Search_Tool,Python_Code_Generator_Tool,Generalist_Solution_Generator_Tool
 # FAMS: the families whose test split is scored. TRAIN_FAMS: those whose validation questions
@@ -70,6 +70,7 @@ fi
 WORLD=$(realpath "$WORLD")
 # A reply the expert writes is under 150 tokens; the cap bounds one that rambles.
 echo '{"max_tokens": 256}' >"$R/cap.json"
+echo '{"max_tokens": 256, "planner": {"temperature": 0}}' >"$R/greedy.json"
 
 # The questions of (b) and (c): the first NQ of each family's validation split, the families
 # interleaved; the next 16 of each are (b)'s validation set.
@@ -87,15 +88,22 @@ if [ ! -f "$R/train.jsonl" ]; then
     rm -f "${train[@]}" "${val[@]}"
 fi
 
-# evaluate NAME PLANNER [MAX_STEPS]: the test split, every slot on BASE but the planner.
+# evaluate NAME PLANNER [MAX_STEPS]: the test split, every slot on BASE but the planner, the
+# planner sampled as the flow samples it (NAME) and greedy as `run` without --url has it
+# (NAME-greedy; not for the --max-steps runs).
 evaluate() {
-    local name=$1 planner=$2 steps=${3:-10}
-    [ -f "$R/eval/$name/summary.json" ] && return 0
-    say "eval $name (planner $planner, --max-steps $steps)"
-    $AF eval run --bench "$FAMS" --data-dir "$WORLD/benchmarks" --limit "$LIMIT" \
-        --url "gguf:$BASE" --planner-url "gguf:$(realpath "$planner")" \
-        --wiki-db "$WORLD/wiki.db" --prompts compact --tools "$TOOLS" --config "$R/cap.json" \
-        --max-steps "$steps" --threads "$THREADS" --concurrency 4 --quiet --out "$R/eval/$name"
+    local name=$1 planner=$2 steps=${3:-10} mode cfg out
+    for mode in sampled greedy; do
+        [ "$mode" = greedy ] && [ "$steps" != 10 ] && continue
+        out=$R/eval/$name cfg=$R/cap.json
+        [ "$mode" = greedy ] && out=$R/eval/$name-greedy cfg=$R/greedy.json
+        [ -f "$out/summary.json" ] && continue
+        say "eval $name (planner $planner $mode, --max-steps $steps)"
+        $AF eval run --bench "$FAMS" --data-dir "$WORLD/benchmarks" --limit "$LIMIT" \
+            --url "gguf:$BASE" --planner-url "gguf:$(realpath "$planner")" \
+            --wiki-db "$WORLD/wiki.db" --prompts compact --tools "$TOOLS" --config "$cfg" \
+            --max-steps "$steps" --threads "$THREADS" --concurrency 4 --quiet --out "$out"
+    done
 }
 
 evaluate a "$BASE"

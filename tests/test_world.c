@@ -958,14 +958,15 @@ static void reproduce_tiny(const char *dir, const char *af)
         "GROUP=2", "LIMIT=1", "THREADS=2", NULL};
     run_script("reproduce.sh", env);
     snprintf(p, sizeof p, "%s/repro/summary.md", dir);
-    /* One row per arm, each with its one run; the turns table has all four --max-steps. */
-    assert_int_equal(count_in_file(p, "| (a) SFT on clean traces, frozen | 1 |"), 1);
-    assert_int_equal(count_in_file(p, "| (b) (a) + Flow-GRPO | 1 |"), 1);
-    assert_int_equal(count_in_file(p, "| (c) (a) + offline SFT on noisy traces | 1 |"), 1);
+    /* One row per arm and planner mode (sampled, greedy), each with its one run. */
+    assert_int_equal(count_in_file(p, "| (a) SFT on clean traces, frozen | 1 |"), 2);
+    assert_int_equal(count_in_file(p, "| (b) (a) + Flow-GRPO | 1 |"), 2);
+    assert_int_equal(count_in_file(p, "| (c) (a) + offline SFT on noisy traces | 1 |"), 2);
     assert_int_equal(count_in_file(p, "## Average turns by --max-steps"), 1);
     assert_int_equal(count_in_file(p, "## Case study"), 1);
-    static const char *const evals[] = {
-        "a", "b1", "c1", "a-steps3", "a-steps5", "a-steps7", "b1-steps3", "b1-steps5", "b1-steps7"};
+    static const char *const evals[] = {"a",         "b1",        "c1",        "a-greedy",
+                                        "b1-greedy", "c1-greedy", "a-steps3",  "a-steps5",
+                                        "a-steps7",  "b1-steps3", "b1-steps5", "b1-steps7"};
     for (size_t i = 0; i < sizeof evals / sizeof *evals; i++) {
         snprintf(p, sizeof p, "%s/repro/eval/%s/summary.json", dir, evals[i]);
         if (access(p, F_OK) != 0)
