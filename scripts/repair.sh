@@ -16,7 +16,7 @@
 # and greedy. Each seed in SEEDS draws its own flawed traces, SFT order and GRPO run. Steps
 # whose output exists are skipped, so a stopped run continues. About 25 minutes a seed on 2 cores.
 # Settings (environment): AF, MODEL, R (work folder), SEEDS, NQ, LIMIT, SFT_STEPS, STEPS (GRPO),
-# LR (GRPO), THREADS.
+# BATCH and GROUP (GRPO's questions a step and rollouts a question, 8 and 8), LR (GRPO), THREADS.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
@@ -28,6 +28,8 @@ NQ=${NQ:-160}
 LIMIT=${LIMIT:-50}
 SFT_STEPS=${SFT_STEPS:-220}
 STEPS=${STEPS:-10}
+BATCH=${BATCH:-8}
+GROUP=${GROUP:-8}
 LR=${LR:-5e-5}
 THREADS=${THREADS:-2}
 TOOLS=Wikipedia_RAG_Search_Tool,Python_Code_Generator_Tool,Generalist_Solution_Generator_Tool
@@ -78,9 +80,9 @@ for s in $SEEDS; do
         $AF train grpo --model "$R/osft-$s/model.gguf" --full --prompts compact \
             --data "$R/train.jsonl" --val "$R/val.jsonl" --eval-every 5 --wiki-db "$W/wiki.db" \
             --tools "$TOOLS" --fixed-url "gguf:$BASE" --executor-url "gguf:$BASE" \
-            --tool-url "gguf:$BASE" --steps "$STEPS" --batch 8 --group 8 --dynamic-sampling 3 \
-            --temperature 0.7 --max-tokens 256 --lr "$LR" --seed "$s" --threads "$THREADS" \
-            --save-every 5 --quiet --out "$R/grpo-$s" "${resume[@]}"
+            --tool-url "gguf:$BASE" --steps "$STEPS" --batch "$BATCH" --group "$GROUP" \
+            --dynamic-sampling 3 --temperature 0.7 --max-tokens 256 --lr "$LR" --seed "$s" \
+            --threads "$THREADS" --save-every 5 --quiet --out "$R/grpo-$s" "${resume[@]}"
         $AF train plot "$R/grpo-$s" >/dev/null
     fi
     evaluate "g$s" "$R/grpo-$s/model.gguf"

@@ -943,9 +943,12 @@ static void run_script(const char *name, const char *const *env)
     const char *argv[] = {"/bin/bash", script, NULL};
     struct proc_result r;
     assert_int_equal(proc_run(argv, env, 600, &r), 0);
-    if (r.exit_code != 0)
-        fail_msg("%s: exit %d: %s", name, r.exit_code, r.err);
+    int code = r.exit_code;
+    char err[2048];
+    snprintf(err, sizeof err, "%s", r.err ? r.err : "");
     proc_result_deinit(&r);
+    if (code != 0)
+        fail_msg("%s: exit %d: %s", name, code, err);
 }
 
 static void reproduce_tiny(const char *dir, const char *af)
@@ -983,8 +986,9 @@ static void reproduce_tiny(const char *dir, const char *af)
 
     snprintf(model, sizeof model, "MODEL=%s/m0.gguf", dir);
     snprintf(rr, sizeof rr, "R=%s/repair", dir);
-    const char *env2[] = {af,        model,         rr,        "SEEDS=1",   "NQ=2",
-                          "LIMIT=1", "SFT_STEPS=2", "STEPS=1", "THREADS=2", NULL};
+    const char *env2[] = {af,          model,         rr,        "SEEDS=1", "NQ=2",
+                          "LIMIT=1",   "SFT_STEPS=2", "STEPS=1", "BATCH=2", "GROUP=2",
+                          "THREADS=2", NULL};
     run_script("repair.sh", env2);
     static const char *const repairs[] = {"a-sampled", "a-greedy",   "c1-sampled",
                                           "c1-greedy", "g1-sampled", "g1-greedy"};
