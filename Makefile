@@ -147,12 +147,12 @@ model: all
 	./scripts/make-model.sh
 
 # docs/REPRODUCTION.md's tables: (a) SFT, (b) + Flow-GRPO, (c) + offline SFT, 3 seeds (about
-# an hour on 2 cores, from `make model`'s build or else the shipped file; scripts/reproduce.sh).
+# 45 minutes on 2 cores, from `make model`'s build or else the shipped file; scripts/reproduce.sh).
 reproduce: all
 	./scripts/reproduce.sh
 
 # docs/REPRODUCTION.md's repair study: a planner damaged by SFT on flawed traces, then
-# Flow-GRPO, 3 seeds (about 75 minutes on 2 cores; scripts/repair.sh, the shipped model).
+# Flow-GRPO, 3 seeds (about 45 minutes on 2 cores; scripts/repair.sh, the shipped model).
 repair: all
 	./scripts/repair.sh
 

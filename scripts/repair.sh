@@ -14,7 +14,7 @@
 # and world-multihop; every figure is `eval run` on the first LIMIT test questions of
 # world-calc, world-lookup and world-multihop, with the planner sampled as the flow samples it
 # and greedy. Each seed in SEEDS draws its own flawed traces, SFT order and GRPO run. Steps
-# whose output exists are skipped, so a stopped run continues. About 25 minutes a seed on 2 cores.
+# whose output exists are skipped, so a stopped run continues. About 15 minutes a seed on 2 cores.
 # Settings (environment): AF, MODEL, R (work folder), SEEDS, NQ, LIMIT, SFT_STEPS, STEPS (GRPO),
 # BATCH and GROUP (GRPO's questions a step and rollouts a question, 8 and 8), LR (GRPO), THREADS.
 set -euo pipefail

@@ -27,7 +27,7 @@ MB=${MODEL_BUILD:-build/model}
 R=${REPRO_BUILD:-build/repro}
 # BASE: the F32 model of the last SFT phase that make-model.sh finished (phases 2 and 3 are
 # optional there); without a make-model.sh build, the shipped file as F32, so that a fresh
-# clone reproduces in about an hour instead of rebuilding the model for three.
+# clone reproduces in under an hour instead of rebuilding the model for three.
 if [ -z "${BASE:-}" ]; then
     for p in p3-facts p2-worlds p1-world1; do
         BASE=$MB/$p/model.gguf
