@@ -931,10 +931,7 @@ static void test_run_without_url(void **state)
     tmp_remove(&t);
 }
 
-/* scripts/reproduce.sh and scripts/repair.sh (`make reproduce`, `make repair`) at a tiny scale
- * on the tiny recipe's build in `dir`: every stage runs ((a), (b) Flow-GRPO, (c) offline SFT,
- * the --max-steps evals, the summary; the flawed SFT and the GRPO repair), and a second run
- * finds every output in place and redoes nothing. */
+/* scripts/NAME with env; fails the test with its stderr when it exits non-zero. */
 static void run_script(const char *name, const char *const *env)
 {
     const char *src = getenv("AGENTFLOW_SRC");
@@ -951,6 +948,10 @@ static void run_script(const char *name, const char *const *env)
         fail_msg("%s: exit %d: %s", name, code, err);
 }
 
+/* scripts/reproduce.sh and scripts/repair.sh (`make reproduce`, `make repair`) at a tiny scale
+ * on the tiny recipe's build in `dir`: every stage runs ((a), (b) Flow-GRPO, (c) offline SFT,
+ * the --max-steps evals, the summary; the flawed SFT and the GRPO repair), and a second run
+ * finds every output in place and redoes nothing. */
 static void reproduce_tiny(const char *dir, const char *af)
 {
     char mb[200], rb[200], model[200], rr[200], p[300];
