@@ -72,7 +72,7 @@ LIBA := $(B)/libagentflow.a
 CLI := $(B)/agentflow
 
 .SECONDARY: $(TEST_SUPPORT_OBJ)
-.PHONY: all test asan lint format bench fuzz clean model reproduce repair
+.PHONY: all test asan lint format bench fuzz clean model planner reproduce repair
 all: $(CLI) $(LIBA) build/agentflow build/libagentflow.a
 
 # Stable paths for users and scripts, whatever the MODE.
@@ -145,6 +145,11 @@ FORMAT_SRC := $(shell git ls-files '*.c' '*.h' 2>/dev/null)
 # The embedded model from nothing (scripts/make-model.sh; hours on 2 cores, docs/WORLD.md).
 model: all
 	./scripts/make-model.sh
+
+# Only the recipe's last phase, Flow-GRPO on the planner, from the shipped
+# models/agentflow-world.gguf: models/agentflow-world-planner.gguf (minutes, not hours).
+planner: all
+	STAGE=planner ./scripts/make-model.sh
 
 # docs/REPRODUCTION.md's tables: (a) SFT, (b) + Flow-GRPO, (c) + offline SFT, 3 seeds (about
 # 45 minutes on 2 cores, from `make model`'s build or else the shipped file; scripts/reproduce.sh).

@@ -4,14 +4,16 @@
 # the expert's replies in four phases (copy drills first, then world 1's traces with more
 # drills, then mostly traces of other worlds, so that a fact can only be read from the
 # context, not recalled, then the questions of the one fact it did not learn to read),
-# optionally Flow-GRPO on the planner, quantized to Q8_0. The shipped
-# models/agentflow-world.gguf is this recipe's output with its defaults (no GRPO); see
+# quantized to Q8_0 (OUT, models/agentflow-world.gguf), then Flow-GRPO on the planner alone,
+# also quantized to Q8_0 (PLANNER_OUT, models/agentflow-world-planner.gguf), which `run` puts in
+# the planner slot. The shipped files are this recipe's output with its defaults; see
 # docs/WORLD.md for how far that has been checked.
 #
 # Every step is seeded, and the trainer is deterministic for a given thread count, so the same
 # THREADS rebuilds the same bytes. Steps whose output exists are skipped (delete build/model to
 # start over; an interrupted phase resumes from its last checkpoint); STAGE=data stops once every
-# phase's data is written, STAGE=sft after SFT.
+# phase's data is written, STAGE=sft after SFT; STAGE=planner runs only the Flow-GRPO phase,
+# from the OUT in place.
 # The phases' folders (p0-drills, p1-world1, p2-worlds, p3-facts) are not those of the first
 # recipe (sft, sft2-sft4), so a work folder left by it is not mistaken for this one's progress.
 #
@@ -23,8 +25,10 @@
 # (phase 2's first worlds, "11 12" at 1,500 questions a family), WORLDS4 and TRACES4 (its
 # other worlds, seeds 21-32 at 300), SFT3_STEPS (phase 3, 1,000; 0 skips it), WORLDS5 and
 # FACTS5 (phase 3's worlds, "41 42 43", and the facts their questions are chosen by,
-# "occupation"), TRACES5 (phase 3's questions a family and fact, default all), GRPO_STEPS (0, the default: no GRPO), OUT, MODEL_BUILD (the work folder,
-# default build/model), AF (the agentflow binary).
+# "occupation"), TRACES5 (phase 3's questions a family and fact, default all), GRPO_STEPS
+# (8; 0 skips the phase), GRPO_BATCH and GROUP (8 questions x 8 rollouts a step), GRPO_LR
+# (5e-5), NQ (80 questions a family), OUT, PLANNER_OUT, MODEL_BUILD (the work folder, default
+# build/model), AF (the agentflow binary).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -54,8 +58,13 @@ WORLDS5=${WORLDS5:-41 42 43}
 FACTS5=${FACTS5:-occupation}
 TRACES5=${TRACES5:-0}
 SFT_BATCH=${SFT_BATCH:-8}
-GRPO_STEPS=${GRPO_STEPS:-0}
+GRPO_STEPS=${GRPO_STEPS:-8}
+GRPO_BATCH=${GRPO_BATCH:-8}
+GROUP=${GROUP:-8}
+GRPO_LR=${GRPO_LR:-5e-5}
+NQ=${NQ:-80}
 OUT=${OUT:-models/agentflow-world.gguf}
+PLANNER_OUT=${PLANNER_OUT:-${OUT%.gguf}-planner.gguf}
 mkdir -p "$B" "$(dirname "$OUT")"
 
 say() { printf '[make-model %s] %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
@@ -168,6 +177,48 @@ if [ "$SFT3_STEPS" -gt 0 ] && [ "$SFT2_STEPS" -gt 0 ] && [ ! -f "$B/p3.jsonl" ];
     cat "$B/p3_facts.jsonl" "$B/p3_own.jsonl" >"$B/p3.jsonl.tmp"
     mv "$B/p3.jsonl.tmp" "$B/p3.jsonl"
 fi
+# Flow-GRPO on the planner alone (the paper's recipe: every other module stays the SFT model),
+# from OUT as shipped (its Q8_0 weights as F32), so the phase reruns from a clone with
+# STAGE=planner, without the hours of SFT. Its questions are reproduce.sh's (b)'s: the first NQ
+# of world 1's validation split of world-calc and world-multihop, interleaved (the SFT traces
+# used the training split), and the next 16 of each to validate on. The result is PLANNER_OUT,
+# which `run` puts in the planner slot. GRPO_STEPS=0 skips it.
+planner_phase() {
+    [ "$GRPO_STEPS" -gt 0 ] || return 0
+    local G=$B/grpo-planner V=$B/world/benchmarks f
+    if [ ! -f "$G/model.gguf" ]; then
+        [ -f "$B/world/wiki.db" ] || $AF world build --seed "$SEED" --out "$B/world"
+        [ -f "$B/grpo-base.gguf" ] || $AF model quantize "$OUT" "$B/grpo-base.gguf" F32
+        if [ ! -f "$B/grpo-train.jsonl" ]; then
+            for f in world-calc world-multihop; do
+                head -n "$NQ" "$V/$f/val.jsonl" >"$B/grpo-$f.train"
+                sed -n "$((NQ + 1)),$((NQ + 16))p" "$V/$f/val.jsonl" >"$B/grpo-$f.val"
+            done
+            paste -d '\n' "$B"/grpo-world-{calc,multihop}.val >"$B/grpo-val.jsonl"
+            paste -d '\n' "$B"/grpo-world-{calc,multihop}.train >"$B/grpo-train.jsonl.tmp"
+            mv "$B/grpo-train.jsonl.tmp" "$B/grpo-train.jsonl"
+        fi
+        say "Flow-GRPO on the planner: $GRPO_STEPS steps of $GRPO_BATCH x $GROUP rollouts"
+        local resume=()
+        [ -d "$G" ] && resume=(--resume)
+        $AF train grpo --model "$B/grpo-base.gguf" --full --prompts compact \
+            --data "$B/grpo-train.jsonl" --val "$B/grpo-val.jsonl" --eval-every 4 \
+            --wiki-db "$B/world/wiki.db" \
+            --tools Wikipedia_RAG_Search_Tool,Python_Code_Generator_Tool,Generalist_Solution_Generator_Tool \
+            --steps "$GRPO_STEPS" --batch "$GRPO_BATCH" --group "$GROUP" --temperature 1.0 \
+            --max-tokens 256 --lr "$GRPO_LR" --seed "$SEED" --threads "$THREADS" --save-every 4 \
+            --quiet --out "$G" "${resume[@]}"
+    fi
+    $AF train plot "$G" >/dev/null
+    say "quantize the planner to Q8_0: $PLANNER_OUT"
+    $AF model quantize "$G/model.gguf" "$PLANNER_OUT" Q8_0 --name agentflow-world-planner
+}
+if [ "${STAGE:-all}" = planner ]; then
+    [ -f "$OUT" ] || { echo "make-model.sh: STAGE=planner needs $OUT" >&2; exit 4; }
+    planner_phase
+    say "done: $PLANNER_OUT"
+    exit 0
+fi
 [ "${STAGE:-all}" = data ] && exit 0
 
 # train NAME FROM DATA STEPS SEED LR WARMUP BATCH MAX_SEQ: one SFT phase on the replies (the
@@ -200,19 +251,6 @@ if [ "$SFT2_STEPS" -gt 0 ]; then
     fi
 fi
 [ "${STAGE:-all}" = sft ] && exit 0
-if [ "$GRPO_STEPS" -gt 0 ] && [ ! -f "$B/grpo/model.gguf" ]; then
-    say "Flow-GRPO on the planner: $GRPO_STEPS steps"
-    resume=()
-    [ -d "$B/grpo" ] && resume=(--resume)
-    $AF train grpo --model "$final" --full --prompts compact \
-        --data "$B/world/benchmarks/world-multihop/train.jsonl" \
-        --val "$B/world/benchmarks/world-multihop/val.jsonl" \
-        --wiki-db "$B/world/wiki.db" --tools Wikipedia_RAG_Search_Tool,Python_Code_Generator_Tool \
-        --out "$B/grpo" --steps "$GRPO_STEPS" --seed "$SEED" --threads "$THREADS" "${resume[@]}"
-fi
-if [ "$GRPO_STEPS" -gt 0 ]; then
-    final="$B/grpo/model.gguf"
-fi
 say "quantize to Q8_0: $OUT"
 $AF model quantize "$final" "$OUT" Q8_0 --name agentflow-world
 $AF train plot "$B/p0-drills"
@@ -223,7 +261,5 @@ fi
 if [ "$SFT2_STEPS" -gt 0 ] && [ "$SFT3_STEPS" -gt 0 ]; then
     $AF train plot "$B/p3-facts"
 fi
-if [ "$GRPO_STEPS" -gt 0 ]; then
-    $AF train plot "$B/grpo"
-fi
-say "done: $OUT"
+planner_phase
+say "done: $OUT${PLANNER_OUT:+, $PLANNER_OUT}"

@@ -15,8 +15,8 @@
 # study (one test question before and after GRPO). The tables go to $R/summary.md.
 #
 # Steps whose output exists are skipped, so a stopped run continues where it stopped.
-# Settings (environment): AF, BASE (the F32 model of make-model.sh's last SFT phase, else the
-# shipped file as F32), MODEL_BUILD (make-model.sh's folder), WORLD
+# Settings (environment): AF, BASE (the F32 model of make-model.sh's last SFT phase, else MODEL,
+# the shipped file by default, as F32), MODEL_BUILD (make-model.sh's folder), WORLD
 # (seed 1), REPRO_BUILD (work folder), FAMS, TRAIN_FAMS, SEEDS, NQ, GRPO_STEPS, GRPO_BATCH, GROUP,
 # TEMP, LR, NOISE, LIMIT (test questions per family), THREADS.
 set -euo pipefail
@@ -36,7 +36,7 @@ if [ -z "${BASE:-}" ]; then
     if [ ! -f "$BASE" ]; then
         BASE=$R/base-f32.gguf
         mkdir -p "$R"
-        [ -f "$BASE" ] || $AF model quantize models/agentflow-world.gguf "$BASE" F32
+        [ -f "$BASE" ] || $AF model quantize "${MODEL:-models/agentflow-world.gguf}" "$BASE" F32
         MB=$R
     fi
 fi

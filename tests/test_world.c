@@ -821,8 +821,10 @@ static int str_is(const json_t *v, const char *s)
 }
 
 /* The temperature of the planner's first call in the trace of a one-step `run` with no --url
- * under the configuration `json` (dir: a scratch folder; env: the embedded model's). */
-static double planner_temperature(const char *dir, const char *json, const char *const *env)
+ * under the configuration `json` (dir: a scratch folder; env: the embedded model's); the model
+ * that answered it into `model` when not NULL. */
+static double planner_call(const char *dir, const char *json, const char *const *env, char *model,
+                           size_t len)
 {
     char cfg[160], trace[160], err[256];
     snprintf(cfg, sizeof cfg, "%s/temp.json", dir);
@@ -852,14 +854,22 @@ static double planner_temperature(const char *dir, const char *json, const char 
     while (temp < 0 && fgets(line, sizeof line, f)) {
         json_t *j = json_loads(line, 0, NULL);
         if (j && str_is(json_object_get(j, "type"), "llm") &&
-            str_is(json_object_get(j, "module"), "planner"))
+            str_is(json_object_get(j, "module"), "planner")) {
             temp =
                 json_number_value(json_object_get(json_object_get(j, "sampling"), "temperature"));
+            if (model)
+                snprintf(model, len, "%s", json_string_value(json_object_get(j, "model")));
+        }
         json_decref(j);
     }
     fclose(f);
     assert_true(temp >= 0); /* a planner call was traced */
     return temp;
+}
+
+static double planner_temperature(const char *dir, const char *json, const char *const *env)
+{
+    return planner_call(dir, json, env, NULL, 0);
 }
 
 /* No --url: the embedded model answers in every slot, with the world's index built on first
@@ -922,6 +932,28 @@ static void test_run_without_url(void **state)
     assert_float_equal(
         planner_temperature(t.path, "{\"max_tokens\": 48, \"temperature\": 0.25}", env), 0.25,
         1e-9);
+    /* A Flow-GRPO planner beside the model (m-planner.gguf, as make-model.sh names it) takes
+     * the planner slot alone; AGENTFLOW_EMBEDDED_PLANNER= (empty) turns it off. */
+    char used[300], planner[160];
+    assert_float_equal(planner_call(t.path, "{\"max_tokens\": 48}", env, used, sizeof used), 0.0,
+                       0);
+    assert_string_equal(used, model);
+    snprintf(planner, sizeof planner, "%s/m-planner.gguf", t.path);
+    mk[10] = "4";
+    mk[11] = planner;
+    assert_int_equal(proc_run(mk, NULL, 120, &r), 0);
+    assert_int_equal(r.exit_code, 0);
+    proc_result_deinit(&r);
+    assert_int_equal(proc_run(run, env, 600, &r), 0);
+    assert_int_equal(r.exit_code, 0);
+    assert_non_null(strstr(r.err, "planning with"));
+    proc_result_deinit(&r);
+    assert_float_equal(planner_call(t.path, "{\"max_tokens\": 48}", env, used, sizeof used), 0.0,
+                       0);
+    assert_string_equal(used, planner);
+    const char *off[] = {env_model, env_world, "AGENTFLOW_EMBEDDED_PLANNER=", NULL};
+    planner_call(t.path, "{\"max_tokens\": 48}", off, used, sizeof used);
+    assert_string_equal(used, model);
     /* A missing embedded model leaves the old rule: no URL is a usage error that says how. */
     const char *gone[] = {"AGENTFLOW_EMBEDDED_MODEL=/nonexistent/m.gguf", NULL};
     assert_int_equal(proc_run(run, gone, 60, &r), 0);
@@ -955,10 +987,13 @@ static void run_script(const char *name, const char *const *env)
 static void reproduce_tiny(const char *dir, const char *af)
 {
     char mb[200], rb[200], model[200], rr[200], p[300];
-    snprintf(mb, sizeof mb, "MODEL_BUILD=%s/b0", dir);
+    /* No make-model.sh folder: the path of a fresh clone, (a) being the shipped file (here the
+     * tiny one) as F32 and the world built in the work folder. */
+    snprintf(mb, sizeof mb, "MODEL_BUILD=%s/none", dir);
     snprintf(rb, sizeof rb, "REPRO_BUILD=%s/repro", dir);
+    snprintf(model, sizeof model, "MODEL=%s/m0.gguf", dir);
     const char *env[] = {
-        af,        mb,        rb,          "SEEDS=1", "NQ=2", "GRPO_STEPS=1", "GRPO_BATCH=2",
+        af,        mb,        rb,          model, "SEEDS=1", "NQ=2", "GRPO_STEPS=1", "GRPO_BATCH=2",
         "GROUP=2", "LIMIT=1", "THREADS=2", NULL};
     run_script("reproduce.sh", env);
     snprintf(p, sizeof p, "%s/repro/summary.md", dir);
@@ -976,6 +1011,10 @@ static void reproduce_tiny(const char *dir, const char *af)
         if (access(p, F_OK) != 0)
             fail_msg("reproduce.sh left no %s", p);
     }
+    snprintf(p, sizeof p, "%s/repro/base-f32.gguf", dir);
+    assert_int_equal(access(p, F_OK), 0);
+    snprintf(p, sizeof p, "%s/repro/world/wiki.db", dir);
+    assert_int_equal(access(p, F_OK), 0);
     /* A second run redoes nothing: the GRPO run's model keeps its time. */
     snprintf(p, sizeof p, "%s/repro/grpo-1/model.gguf", dir);
     struct stat st0, st1;
@@ -985,7 +1024,6 @@ static void reproduce_tiny(const char *dir, const char *af)
     assert_int_equal(st0.st_mtim.tv_sec, st1.st_mtim.tv_sec);
     assert_int_equal(st0.st_mtim.tv_nsec, st1.st_mtim.tv_nsec);
 
-    snprintf(model, sizeof model, "MODEL=%s/m0.gguf", dir);
     snprintf(rr, sizeof rr, "R=%s/repair", dir);
     const char *env2[] = {af,          model,         rr,        "SEEDS=1", "NQ=2",
                           "LIMIT=1",   "SFT_STEPS=2", "STEPS=1", "BATCH=2", "GROUP=2",
@@ -1004,8 +1042,9 @@ static void reproduce_tiny(const char *dir, const char *af)
 }
 
 /* `make model` at a tiny scale, twice, in two folders: world, traces (four solves at once),
- * vocabulary, initial weights, copy drills, SFT in three phases (drills, world 1's traces, other
- * worlds' traces) and Q8_0 must come out as the same bytes,
+ * vocabulary, initial weights, copy drills, SFT in four phases (drills, world 1's traces, other
+ * worlds' traces, one fact's questions), Q8_0, and Flow-GRPO on the planner, must come out as
+ * the same bytes,
  * since the issue asks that the recipe rebuild the shipped file bit for bit. The full recipe
  * takes an hour; every stage it runs is here, only smaller. */
 static void test_make_model_reproducible(void **state)
@@ -1044,6 +1083,10 @@ static void test_make_model_reproducible(void **state)
                              "WORLDS5=9",
                              "TRACES5=3",
                              "SFT_BATCH=2",
+                             "GRPO_STEPS=1",
+                             "GRPO_BATCH=2",
+                             "GROUP=2",
+                             "NQ=2",
                              "THREADS=2",
                              NULL};
         const char *argv[] = {"/bin/bash", script, NULL};
@@ -1076,6 +1119,19 @@ static void test_make_model_reproducible(void **state)
     assert_null(memmem(a, na, "qwen2-custom", 12));
     free(a);
     free(b);
+    /* The Flow-GRPO planner (PLANNER_OUT, named after OUT) is rebuilt bit for bit too. */
+    snprintf(p0, sizeof p0, "%s/m0-planner.gguf", t.path);
+    snprintf(p1, sizeof p1, "%s/m1-planner.gguf", t.path);
+    assert_int_equal(af_file_read(p0, 64u << 20, &a, &na, err, sizeof err), AF_OK);
+    assert_int_equal(af_file_read(p1, 64u << 20, &b, &nb, err, sizeof err), AF_OK);
+    assert_true(na > 1000);
+    assert_int_equal(na, nb);
+    assert_memory_equal(a, b, na);
+    assert_non_null(memmem(a, na, "agentflow-world-planner", 23));
+    free(a);
+    free(b);
+    snprintf(p0, sizeof p0, "%s/b0/grpo-planner/metrics.jsonl", t.path);
+    assert_int_equal(proc_count_lines(p0), 1);
     reproduce_tiny(t.path, af);
     tmp_remove(&t);
 }

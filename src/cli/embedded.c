@@ -1,8 +1,10 @@
 /*
  * embedded.c - the default back-end when no URL is given: the embedded model trained on the
  * practice world (models/agentflow-world.gguf) in every slot without a URL, with the compact
- * prompts, the world's passage index (built on first use) and the sandboxed Python tool. Its
- * planner decodes greedily unless the configuration sets a temperature.
+ * prompts, the world's passage index (built on first use) and the sandboxed Python tool. The
+ * planner slot takes the Flow-GRPO planner (models/agentflow-world-planner.gguf, the model's
+ * name with "-planner") when there is one, as the paper trains the planner alone. The planner
+ * decodes greedily unless the configuration sets a temperature.
  *
  * Nothing changes when every slot has a URL, or when no embedded model is found: the usual
  * "no back-end URL" message then says how to get one.
@@ -58,6 +60,23 @@ static int find_model(char *out, size_t len, char *root, size_t rlen)
     return access(out, R_OK) == 0;
 }
 
+/* The planner's file into out: AGENTFLOW_EMBEDDED_PLANNER when set (empty: none), else the
+ * model's path with "-planner" before ".gguf", as make-model.sh writes it; 0 when there is none,
+ * and the planner slot then takes the embedded model like the others. */
+static int find_planner(const char *model, char *out, size_t len)
+{
+    const char *env = getenv("AGENTFLOW_EMBEDDED_PLANNER");
+    if (env) {
+        snprintf(out, len, "%s", env);
+        return *env && access(out, R_OK) == 0;
+    }
+    size_t n = strlen(model);
+    if (n > 5 && strcmp(model + n - 5, ".gguf") == 0)
+        n -= 5;
+    snprintf(out, len, "%.*s-planner.gguf", (int)n, model);
+    return access(out, R_OK) == 0;
+}
+
 /* DIR/wiki.db of the practice world, built (world and index) when missing. */
 static int world_index(const char *dir, const char *cmd, char *db, size_t len)
 {
@@ -90,12 +109,15 @@ int run_apply_embedded(struct run_config *cfg, const char *cmd, int quiet)
     if (!missing)
         return CLI_OK;
     char model[PATH_MAX + 64], root[PATH_MAX], url[PATH_MAX + 80];
+    char planner[PATH_MAX + 64], purl[PATH_MAX + 80];
     if (!find_model(model, sizeof model, root, sizeof root))
         return CLI_OK;
+    int own_planner = find_planner(model, planner, sizeof planner);
     snprintf(url, sizeof url, "gguf:%s", model);
+    snprintf(purl, sizeof purl, "gguf:%s", planner);
     for (int i = 0; i < AF_N_SLOTS; i++)
         if (!cfg->slots[i].url || !cfg->slots[i].url[0]) {
-            config_set_url(cfg, i, url);
+            config_set_url(cfg, i, i == AF_SLOT_PLANNER && own_planner ? purl : url);
             /* The flow samples its planner at 0.7, as the paper does its 7B one. This small model
              * copies names and numbers into its sub-goals, and sampling breaks the copies: greedy
              * answers 68 of 100 held-out questions of an unseen world where 0.7 answers 55
@@ -123,7 +145,8 @@ int run_apply_embedded(struct run_config *cfg, const char *cmd, int quiet)
         json_object_set_new(cfg->tool_options, "wiki_db", json_string(db));
     }
     if (!quiet)
-        fprintf(stderr, "%s: no --url given: the embedded model %s answers%s%s\n", cmd, model,
+        fprintf(stderr, "%s: no --url given: the embedded model %s answers%s%s%s%s\n", cmd, model,
+                own_planner ? ", planning with " : "", own_planner ? planner : "",
                 db[0] ? ", searching " : "", db);
     return CLI_OK;
 }
