@@ -26,7 +26,7 @@
 # other worlds, seeds 21-32 at 300), SFT3_STEPS (phase 3, 1,000; 0 skips it), WORLDS5 and
 # FACTS5 (phase 3's worlds, "41 42 43", and the facts their questions are chosen by,
 # "occupation"), TRACES5 (phase 3's questions a family and fact, default all), GRPO_STEPS
-# (8; 0 skips the phase), GRPO_BATCH and GROUP (8 questions x 8 rollouts a step), GRPO_LR
+# (32; 0 skips the phase), GRPO_BATCH and GROUP (8 questions x 8 rollouts a step), GRPO_LR
 # (5e-5), NQ (80 questions a family), OUT, PLANNER_OUT, MODEL_BUILD (the work folder, default
 # build/model), AF (the agentflow binary).
 set -euo pipefail
@@ -58,7 +58,7 @@ WORLDS5=${WORLDS5:-41 42 43}
 FACTS5=${FACTS5:-occupation}
 TRACES5=${TRACES5:-0}
 SFT_BATCH=${SFT_BATCH:-8}
-GRPO_STEPS=${GRPO_STEPS:-8}
+GRPO_STEPS=${GRPO_STEPS:-32}
 GRPO_BATCH=${GRPO_BATCH:-8}
 GROUP=${GROUP:-8}
 GRPO_LR=${GRPO_LR:-5e-5}
@@ -68,6 +68,49 @@ PLANNER_OUT=${PLANNER_OUT:-${OUT%.gguf}-planner.gguf}
 mkdir -p "$B" "$(dirname "$OUT")"
 
 say() { printf '[make-model %s] %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
+
+# Flow-GRPO on the planner alone (the paper's recipe: every other module stays the SFT model),
+# from OUT as shipped (its Q8_0 weights as F32), so the phase reruns from a clone with
+# STAGE=planner, without the hours of SFT. Its questions are reproduce.sh's (b)'s: the first NQ
+# of world 1's validation split of world-calc and world-multihop, interleaved (the SFT traces
+# used the training split), and the next 16 of each to validate on. The result is PLANNER_OUT,
+# which `run` puts in the planner slot. GRPO_STEPS=0 skips it.
+planner_phase() {
+    [ "$GRPO_STEPS" -gt 0 ] || return 0
+    local G=$B/grpo-planner V=$B/world/benchmarks f
+    if [ ! -f "$G/model.gguf" ]; then
+        [ -f "$B/world/wiki.db" ] || $AF world build --seed "$SEED" --out "$B/world"
+        [ -f "$B/grpo-base.gguf" ] || $AF model quantize "$OUT" "$B/grpo-base.gguf" F32
+        if [ ! -f "$B/grpo-train.jsonl" ]; then
+            for f in world-calc world-multihop; do
+                head -n "$NQ" "$V/$f/val.jsonl" >"$B/grpo-$f.train"
+                sed -n "$((NQ + 1)),$((NQ + 16))p" "$V/$f/val.jsonl" >"$B/grpo-$f.val"
+            done
+            paste -d '\n' "$B"/grpo-world-{calc,multihop}.val >"$B/grpo-val.jsonl"
+            paste -d '\n' "$B"/grpo-world-{calc,multihop}.train >"$B/grpo-train.jsonl.tmp"
+            mv "$B/grpo-train.jsonl.tmp" "$B/grpo-train.jsonl"
+        fi
+        say "Flow-GRPO on the planner: $GRPO_STEPS steps of $GRPO_BATCH x $GROUP rollouts"
+        local resume=()
+        [ -d "$G" ] && resume=(--resume)
+        $AF train grpo --model "$B/grpo-base.gguf" --full --prompts compact \
+            --data "$B/grpo-train.jsonl" --val "$B/grpo-val.jsonl" --eval-every 4 \
+            --wiki-db "$B/world/wiki.db" \
+            --tools Wikipedia_RAG_Search_Tool,Python_Code_Generator_Tool,Generalist_Solution_Generator_Tool \
+            --steps "$GRPO_STEPS" --batch "$GRPO_BATCH" --group "$GROUP" --temperature 1.0 \
+            --max-tokens 256 --lr "$GRPO_LR" --seed "$SEED" --threads "$THREADS" --save-every 4 \
+            --quiet --out "$G" "${resume[@]}"
+    fi
+    $AF train plot "$G" >/dev/null
+    say "quantize the planner to Q8_0: $PLANNER_OUT"
+    $AF model quantize "$G/model.gguf" "$PLANNER_OUT" Q8_0 --name agentflow-world-planner
+}
+if [ "${STAGE:-all}" = planner ]; then
+    [ -f "$OUT" ] || { echo "make-model.sh: STAGE=planner needs $OUT" >&2; exit 4; }
+    planner_phase
+    say "done: $PLANNER_OUT"
+    exit 0
+fi
 
 if [ ! -f "$B/world/wiki.db" ]; then
     say "world (seed $SEED)"
@@ -176,48 +219,6 @@ if [ "$SFT3_STEPS" -gt 0 ] && [ "$SFT2_STEPS" -gt 0 ] && [ ! -f "$B/p3.jsonl" ];
     shuf -n "$(wc -l <"$B/p3_facts.jsonl")" --random-source=<(yes) "$B/p2.jsonl" >"$B/p3_own.jsonl"
     cat "$B/p3_facts.jsonl" "$B/p3_own.jsonl" >"$B/p3.jsonl.tmp"
     mv "$B/p3.jsonl.tmp" "$B/p3.jsonl"
-fi
-# Flow-GRPO on the planner alone (the paper's recipe: every other module stays the SFT model),
-# from OUT as shipped (its Q8_0 weights as F32), so the phase reruns from a clone with
-# STAGE=planner, without the hours of SFT. Its questions are reproduce.sh's (b)'s: the first NQ
-# of world 1's validation split of world-calc and world-multihop, interleaved (the SFT traces
-# used the training split), and the next 16 of each to validate on. The result is PLANNER_OUT,
-# which `run` puts in the planner slot. GRPO_STEPS=0 skips it.
-planner_phase() {
-    [ "$GRPO_STEPS" -gt 0 ] || return 0
-    local G=$B/grpo-planner V=$B/world/benchmarks f
-    if [ ! -f "$G/model.gguf" ]; then
-        [ -f "$B/world/wiki.db" ] || $AF world build --seed "$SEED" --out "$B/world"
-        [ -f "$B/grpo-base.gguf" ] || $AF model quantize "$OUT" "$B/grpo-base.gguf" F32
-        if [ ! -f "$B/grpo-train.jsonl" ]; then
-            for f in world-calc world-multihop; do
-                head -n "$NQ" "$V/$f/val.jsonl" >"$B/grpo-$f.train"
-                sed -n "$((NQ + 1)),$((NQ + 16))p" "$V/$f/val.jsonl" >"$B/grpo-$f.val"
-            done
-            paste -d '\n' "$B"/grpo-world-{calc,multihop}.val >"$B/grpo-val.jsonl"
-            paste -d '\n' "$B"/grpo-world-{calc,multihop}.train >"$B/grpo-train.jsonl.tmp"
-            mv "$B/grpo-train.jsonl.tmp" "$B/grpo-train.jsonl"
-        fi
-        say "Flow-GRPO on the planner: $GRPO_STEPS steps of $GRPO_BATCH x $GROUP rollouts"
-        local resume=()
-        [ -d "$G" ] && resume=(--resume)
-        $AF train grpo --model "$B/grpo-base.gguf" --full --prompts compact \
-            --data "$B/grpo-train.jsonl" --val "$B/grpo-val.jsonl" --eval-every 4 \
-            --wiki-db "$B/world/wiki.db" \
-            --tools Wikipedia_RAG_Search_Tool,Python_Code_Generator_Tool,Generalist_Solution_Generator_Tool \
-            --steps "$GRPO_STEPS" --batch "$GRPO_BATCH" --group "$GROUP" --temperature 1.0 \
-            --max-tokens 256 --lr "$GRPO_LR" --seed "$SEED" --threads "$THREADS" --save-every 4 \
-            --quiet --out "$G" "${resume[@]}"
-    fi
-    $AF train plot "$G" >/dev/null
-    say "quantize the planner to Q8_0: $PLANNER_OUT"
-    $AF model quantize "$G/model.gguf" "$PLANNER_OUT" Q8_0 --name agentflow-world-planner
-}
-if [ "${STAGE:-all}" = planner ]; then
-    [ -f "$OUT" ] || { echo "make-model.sh: STAGE=planner needs $OUT" >&2; exit 4; }
-    planner_phase
-    say "done: $PLANNER_OUT"
-    exit 0
 fi
 [ "${STAGE:-all}" = data ] && exit 0
 
