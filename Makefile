@@ -152,7 +152,7 @@ planner: all
 	STAGE=planner ./scripts/make-model.sh
 
 # docs/REPRODUCTION.md's tables: (a) SFT, (b) + Flow-GRPO, (c) + offline SFT, 3 seeds (about
-# 45 minutes on 2 cores, from `make model`'s build or else the shipped file; scripts/reproduce.sh).
+# 90 minutes on 2 cores, from `make model`'s build or else the shipped file; scripts/reproduce.sh).
 reproduce: all
 	./scripts/reproduce.sh
 
