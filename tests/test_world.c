@@ -1061,12 +1061,27 @@ static void test_make_model_reproducible(void **state)
     tmp_make(&t);
     char af[600], bld[2][160], out[2][160];
     snprintf(af, sizeof af, "AF=%s", proc_agentflow_bin());
-    for (int k = 0; k < 2; k++) {
-        snprintf(bld[k], sizeof bld[k], "MODEL_BUILD=%s/b%d", t.path, k);
-        snprintf(out[k], sizeof out[k], "OUT=%s/m%d.gguf", t.path, k);
+    /* Runs 0 and 1: the whole recipe in b0 and b1. Run 2: STAGE=planner (`make planner`) in b1
+     * with its planner phase's outputs removed, which must rebuild the same planner from m1. */
+    struct stat m1_before = {0}, m1_after = {0};
+    char m1[200];
+    snprintf(m1, sizeof m1, "%s/m1.gguf", t.path);
+    for (int k = 0; k < 3; k++) {
+        int d = k < 2 ? k : 1;
+        snprintf(bld[d], sizeof bld[d], "MODEL_BUILD=%s/b%d", t.path, d);
+        snprintf(out[d], sizeof out[d], "OUT=%s/m%d.gguf", t.path, d);
+        if (k == 2) {
+            char cmd[600];
+            snprintf(cmd, sizeof cmd,
+                     "rm -rf '%s/b1/grpo-planner' '%s/b1/grpo-base.gguf' '%s/m1-planner.gguf'",
+                     t.path, t.path, t.path);
+            assert_int_equal(system(cmd), 0);
+            assert_int_equal(stat(m1, &m1_before), 0);
+        }
         const char *env[] = {af,
-                             bld[k],
-                             out[k],
+                             k == 2 ? "STAGE=planner" : "STAGE=all",
+                             bld[d],
+                             out[d],
                              "TRACES=8",
                              "VOCAB=400",
                              "SHAPE=custom:1,32,2,1,64",
@@ -1097,13 +1112,17 @@ static void test_make_model_reproducible(void **state)
         proc_result_deinit(&r);
         /* Every phase ran, the last on the questions of its fact (3 a family). */
         char ph[300];
-        snprintf(ph, sizeof ph, "%s/b%d/p3-facts/done", t.path, k);
+        snprintf(ph, sizeof ph, "%s/b%d/p3-facts/done", t.path, d);
         assert_int_equal(access(ph, F_OK), 0);
-        snprintf(ph, sizeof ph, "%s/b%d/p3_facts.jsonl", t.path, k);
+        snprintf(ph, sizeof ph, "%s/b%d/p3_facts.jsonl", t.path, d);
         assert_int_equal(count_in_file(ph, "\"module\":\"direct_output\""), 6);
         assert_int_equal(count_in_file(ph, "Query: What was the occupation of "),
                          proc_count_lines(ph));
     }
+    /* STAGE=planner left the SFT model alone. */
+    assert_int_equal(stat(m1, &m1_after), 0);
+    assert_int_equal(m1_before.st_mtim.tv_sec, m1_after.st_mtim.tv_sec);
+    assert_int_equal(m1_before.st_mtim.tv_nsec, m1_after.st_mtim.tv_nsec);
     char p0[200], p1[200], err[256];
     snprintf(p0, sizeof p0, "%s/m0.gguf", t.path);
     snprintf(p1, sizeof p1, "%s/m1.gguf", t.path);
