@@ -1041,6 +1041,26 @@ static void reproduce_tiny(const char *dir, const char *af)
     assert_int_equal(access(p, F_OK), 0);
 }
 
+/* dir/f0 and dir/f1: the same bytes, a model named `name` (quantize --name), not for
+ * make-random's shape. */
+static void same_model(const char *dir, const char *f0, const char *f1, const char *name)
+{
+    char p0[300], p1[300], err[256];
+    snprintf(p0, sizeof p0, "%s/%s", dir, f0);
+    snprintf(p1, sizeof p1, "%s/%s", dir, f1);
+    char *a = NULL, *b = NULL;
+    size_t na = 0, nb = 0;
+    assert_int_equal(af_file_read(p0, 64u << 20, &a, &na, err, sizeof err), AF_OK);
+    assert_int_equal(af_file_read(p1, 64u << 20, &b, &nb, err, sizeof err), AF_OK);
+    assert_true(na > 1000);
+    assert_int_equal(na, nb);
+    assert_memory_equal(a, b, na);
+    assert_non_null(memmem(a, na, name, strlen(name)));
+    assert_null(memmem(a, na, "qwen2-custom", 12));
+    free(a);
+    free(b);
+}
+
 /* `make model` at a tiny scale, twice, in two folders: world, traces (four solves at once),
  * vocabulary, initial weights, copy drills, SFT in four phases (drills, world 1's traces, other
  * worlds' traces, one fact's questions), Q8_0, and Flow-GRPO on the planner, must come out as
@@ -1123,32 +1143,10 @@ static void test_make_model_reproducible(void **state)
     assert_int_equal(stat(m1, &m1_after), 0);
     assert_int_equal(m1_before.st_mtim.tv_sec, m1_after.st_mtim.tv_sec);
     assert_int_equal(m1_before.st_mtim.tv_nsec, m1_after.st_mtim.tv_nsec);
-    char p0[200], p1[200], err[256];
-    snprintf(p0, sizeof p0, "%s/m0.gguf", t.path);
-    snprintf(p1, sizeof p1, "%s/m1.gguf", t.path);
-    char *a = NULL, *b = NULL;
-    size_t na = 0, nb = 0;
-    assert_int_equal(af_file_read(p0, 64u << 20, &a, &na, err, sizeof err), AF_OK);
-    assert_int_equal(af_file_read(p1, 64u << 20, &b, &nb, err, sizeof err), AF_OK);
-    assert_true(na > 1000);
-    assert_int_equal(na, nb);
-    assert_memory_equal(a, b, na);
-    /* Named for what it is (quantize --name), not for make-random's shape. */
-    assert_non_null(memmem(a, na, "agentflow-world", 15));
-    assert_null(memmem(a, na, "qwen2-custom", 12));
-    free(a);
-    free(b);
+    same_model(t.path, "m0.gguf", "m1.gguf", "agentflow-world");
     /* The Flow-GRPO planner (PLANNER_OUT, named after OUT) is rebuilt bit for bit too. */
-    snprintf(p0, sizeof p0, "%s/m0-planner.gguf", t.path);
-    snprintf(p1, sizeof p1, "%s/m1-planner.gguf", t.path);
-    assert_int_equal(af_file_read(p0, 64u << 20, &a, &na, err, sizeof err), AF_OK);
-    assert_int_equal(af_file_read(p1, 64u << 20, &b, &nb, err, sizeof err), AF_OK);
-    assert_true(na > 1000);
-    assert_int_equal(na, nb);
-    assert_memory_equal(a, b, na);
-    assert_non_null(memmem(a, na, "agentflow-world-planner", 23));
-    free(a);
-    free(b);
+    same_model(t.path, "m0-planner.gguf", "m1-planner.gguf", "agentflow-world-planner");
+    char p0[200];
     snprintf(p0, sizeof p0, "%s/b0/grpo-planner/metrics.jsonl", t.path);
     assert_int_equal(proc_count_lines(p0), 1);
     reproduce_tiny(t.path, af);
