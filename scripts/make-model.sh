@@ -77,19 +77,13 @@ say() { printf '[make-model %s] %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
 # which `run` puts in the planner slot. GRPO_STEPS=0 skips it.
 planner_phase() {
     [ "$GRPO_STEPS" -gt 0 ] || return 0
-    local G=$B/grpo-planner V=$B/world/benchmarks f
+    local G=$B/grpo-planner
     if [ ! -f "$G/model.gguf" ]; then
         [ -f "$B/world/wiki.db" ] || $AF world build --seed "$SEED" --out "$B/world"
         [ -f "$B/grpo-base.gguf" ] || $AF model quantize "$OUT" "$B/grpo-base.gguf" F32
-        if [ ! -f "$B/grpo-train.jsonl" ]; then
-            for f in world-calc world-multihop; do
-                head -n "$NQ" "$V/$f/val.jsonl" >"$B/grpo-$f.train"
-                sed -n "$((NQ + 1)),$((NQ + 16))p" "$V/$f/val.jsonl" >"$B/grpo-$f.val"
-            done
-            paste -d '\n' "$B"/grpo-world-{calc,multihop}.val >"$B/grpo-val.jsonl"
-            paste -d '\n' "$B"/grpo-world-{calc,multihop}.train >"$B/grpo-train.jsonl.tmp"
-            mv "$B/grpo-train.jsonl.tmp" "$B/grpo-train.jsonl"
-        fi
+        [ -f "$B/grpo-train.jsonl" ] ||
+            scripts/grpo-questions.sh "$B/world/benchmarks" world-calc,world-multihop "$NQ" \
+                "$B/grpo-train.jsonl" "$B/grpo-val.jsonl"
         say "Flow-GRPO on the planner: $GRPO_STEPS steps of $GRPO_BATCH x $GROUP rollouts"
         local resume=()
         [ -d "$G" ] && resume=(--resume)
@@ -263,4 +257,8 @@ if [ "$SFT2_STEPS" -gt 0 ] && [ "$SFT3_STEPS" -gt 0 ]; then
     $AF train plot "$B/p3-facts"
 fi
 planner_phase
-say "done: $OUT${PLANNER_OUT:+, $PLANNER_OUT}"
+if [ "$GRPO_STEPS" -gt 0 ]; then
+    say "done: $OUT, $PLANNER_OUT"
+else
+    say "done: $OUT"
+fi

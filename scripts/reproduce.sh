@@ -74,19 +74,8 @@ echo '{"max_tokens": 256, "planner": {"temperature": 0}}' >"$R/greedy.json"
 
 # The questions of (b) and (c): the first NQ of each family's validation split, the families
 # interleaved; the next 16 of each are (b)'s validation set.
-if [ ! -f "$R/train.jsonl" ]; then
-    V=$WORLD/benchmarks
-    train=() val=()
-    for f in ${TRAIN_FAMS//,/ }; do
-        head -n "$NQ" "$V/$f/val.jsonl" >"$R/q-$f.train"
-        sed -n "$((NQ + 1)),$((NQ + 16))p" "$V/$f/val.jsonl" >"$R/q-$f.val"
-        train+=("$R/q-$f.train") val+=("$R/q-$f.val")
-    done
-    paste -d '\n' "${val[@]}" >"$R/val.jsonl"
-    paste -d '\n' "${train[@]}" >"$R/train.jsonl.tmp"
-    mv "$R/train.jsonl.tmp" "$R/train.jsonl"
-    rm -f "${train[@]}" "${val[@]}"
-fi
+[ -f "$R/train.jsonl" ] ||
+    scripts/grpo-questions.sh "$WORLD/benchmarks" "$TRAIN_FAMS" "$NQ" "$R/train.jsonl" "$R/val.jsonl"
 
 # evaluate NAME PLANNER [MAX_STEPS]: the test split, every slot on BASE but the planner, the
 # planner sampled as the flow samples it (NAME) and greedy as `run` without --url has it
