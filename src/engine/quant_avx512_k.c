@@ -372,13 +372,13 @@ AF_TARGET_AVX512 static AF_INLINE float k_dot(int kind, int64_t n, const void *w
 }
 
 /* Prefetch block b's share (`per` lines) of the next group's bytes, 16 rows from `next`, one
- * contiguous range of `lines` lines, in address order (quant_avx512_r16.c). */
+ * contiguous range of `lines` lines, in address order, into L2 (quant_avx512_r16.c). */
 AF_TARGET_AVX512 static AF_INLINE void k_prefetch(const uint8_t *next, size_t lines, size_t per,
                                                   int64_t b)
 {
     const size_t l0 = per * (size_t)b, l1 = l0 + per < lines ? l0 + per : lines;
     for (size_t l = l0; l < l1; l++)
-        _mm_prefetch((const char *)next + 64 * l, _MM_HINT_T0);
+        _mm_prefetch((const char *)next + 64 * l, _MM_HINT_T1);
 }
 
 /* Tokens c0 .. c0 + nc - 1 of the chunk against B (block b of the k chunk). */

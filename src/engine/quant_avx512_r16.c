@@ -335,13 +335,16 @@ AF_TARGET_AVX512 static void r_prep_x(uint32_t t, const uint8_t *X, size_t xbyte
 }
 
 /* Prefetch block b's share (`per` lines) of the next group's bytes, 16 rows from `next`, one
- * contiguous range of `lines` lines: in order, so that the reads ahead stream like one row's. */
+ * contiguous range of `lines` lines: in order, so that the reads ahead stream like one row's.
+ * Into L2 (T1), not L1: with T0 the few L1 fill buffers held the stream back, and a batch of 8
+ * tokens from DRAM ran at 62% of one token's bandwidth (bench/quant -m 8 --copies 32: 147 GFLOP/s
+ * with T0, 207-223 with T1 or T2; docs/PERFORMANCE.md). */
 AF_TARGET_AVX512 static AF_INLINE void r_prefetch(const uint8_t *next, size_t lines, size_t per,
                                                   int64_t b)
 {
     const size_t l0 = per * (size_t)b, l1 = l0 + per < lines ? l0 + per : lines;
     for (size_t l = l0; l < l1; l++)
-        _mm_prefetch((const char *)next + 64 * l, _MM_HINT_T0);
+        _mm_prefetch((const char *)next + 64 * l, _MM_HINT_T1);
 }
 
 /* nc (<= R_C) tokens against 16 rows over blocks [b0, b0 + kc), transposing as it goes; the
