@@ -286,10 +286,13 @@ AF_TARGET_AVX512 static AF_INLINE __m512 r_scales1(uint32_t t, const uint8_t *co
 AF_TARGET_AVX512 static AF_INLINE __m512 r_token(const __m512i T[8], __m512 dw, const int8_t *xq,
                                                  int32_t corr, float dx, __m512 acc)
 {
-    __m512i q = _mm512_set1_epi32(corr);
-#pragma GCC unroll 8
-    for (int i = 0; i < 8; i++)
-        q = _mm512_dpbusd_epi32(q, T[i], _mm512_set1_epi32(load_i32(xq + 4 * i)));
+    __m512i q0 = _mm512_set1_epi32(corr), q1 = _mm512_setzero_si512();
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++) {
+        q0 = _mm512_dpbusd_epi32(q0, T[i], _mm512_set1_epi32(load_i32(xq + 4 * i)));
+        q1 = _mm512_dpbusd_epi32(q1, T[4 + i], _mm512_set1_epi32(load_i32(xq + 16 + 4 * i)));
+    }
+    const __m512i q = _mm512_add_epi32(q0, q1);
     return _mm512_fmadd_ps(_mm512_mul_ps(dw, _mm512_set1_ps(dx)), _mm512_cvtepi32_ps(q), acc);
 }
 
