@@ -646,9 +646,8 @@ static void test_packed_matmul(void **state)
         printf("AVX-512 VNNI not available on this CPU: skipping\n");
         skip();
     }
-    static const uint32_t types[] = {GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_Q5_0,
-                                     GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K,
-                                     GGML_TYPE_F16};
+    static const uint32_t types[] = {GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_Q5_0, GGML_TYPE_Q4_K,
+                                     GGML_TYPE_Q5_K, GGML_TYPE_Q6_K, GGML_TYPE_F16};
     static const int64_t nbs[] = {1, 5, 131, 523};
     static const int64_t ms[] = {1, 2, 8, 9, 16, 17, 64, 67};
     const int64_t rows = 37, mmax = 67;

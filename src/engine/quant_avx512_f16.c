@@ -39,8 +39,8 @@ static inline size_t f_group_bytes(int64_t k)
     return (size_t)k * 32;
 }
 
-AF_TARGET_AVX512 size_t quant_avx512_pack_f16(const void *W, size_t wbytes, int64_t rows,
-                                              int64_t k, void *out)
+AF_TARGET_AVX512 size_t quant_avx512_pack_f16(const void *W, size_t wbytes, int64_t rows, int64_t k,
+                                              void *out)
 {
     const size_t gbytes = f_group_bytes(k);
     const int64_t ng = (rows + 15) / 16;
@@ -127,8 +127,7 @@ AF_TARGET_AVX512 static void f_convert(const uint8_t *X, size_t xbytes, int64_t 
         float *d = xf + t * F_KC;
         int64_t i = 0;
         for (; i + 16 <= kc; i += 16)
-            _mm512_storeu_ps(d + i,
-                             _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(h + i))));
+            _mm512_storeu_ps(d + i, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(h + i))));
         for (; i < kc; i++)
             d[i] = _cvtsh_ss(h[i]);
     }

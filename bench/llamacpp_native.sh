@@ -1,0 +1,71 @@
+#!/bin/bash
+# bench/llamacpp_native.sh - the engine against a native llama.cpp build, side by side.
+#
+# node-llama-cpp (the npm package .ci/run installs into build/llamacpp) carries llama.cpp's
+# source as a git bundle. This script builds llama-bench from it with -march=native (once, into
+# $LLCPP, about 5 minutes on 2 cores; cmake, g++ and git needed) and then alternates, per type
+# and pass, `llama-bench -m M -p PP -n TG -t T -r 1` with `agentflow model bench M -p PP -n TG
+# -t T` on the random Qwen2.5-0.5B-shaped files of bench/engine (made when missing). Prints one
+# line per run and a table of the best of the passes with the ratios (docs/PERFORMANCE.md).
+#
+# Environment: TYPES ("F32 F16 Q8_0 Q4_0 Q4_K_M"), PASSES (3), PP (512), TG (128), THREADS (2),
+# DIR (/tmp/agentflow-bench), LLCPP (build/llamacpp-native), NLC_DIR (build/llamacpp), AF
+# (build/agentflow). A quiet machine is needed: both sides spin their threads.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+TYPES=${TYPES:-F32 F16 Q8_0 Q4_0 Q4_K_M}
+PASSES=${PASSES:-3} PP=${PP:-512} TG=${TG:-128} THREADS=${THREADS:-2}
+DIR=${DIR:-/tmp/agentflow-bench} LLCPP=${LLCPP:-build/llamacpp-native}
+NLC_DIR=${NLC_DIR:-build/llamacpp} AF=${AF:-build/agentflow}
+BUNDLE=$NLC_DIR/node_modules/node-llama-cpp/llama/gitRelease.bundle
+VOCAB=${VOCAB:-../shared/data/reference/tokenizer/ggml-vocab-qwen2.gguf}
+
+if [ ! -f "$BUNDLE" ]; then
+    echo "bench/llamacpp_native.sh: no llama.cpp source at $BUNDLE (npm install --prefix" \
+        "$NLC_DIR node-llama-cpp@3.22.1 --ignore-scripts); skipped" >&2
+    exit 0
+fi
+for tool in cmake g++ git; do
+    command -v $tool >/dev/null || { echo "bench/llamacpp_native.sh: $tool missing; skipped" >&2; exit 0; }
+done
+LB=$LLCPP/build/bin/llama-bench
+if [ ! -x "$LB" ]; then
+    rm -rf "$LLCPP"
+    git clone -q "$BUNDLE" "$LLCPP"
+    cmake -S "$LLCPP" -B "$LLCPP/build" -DGGML_NATIVE=ON -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
+        -DCMAKE_BUILD_TYPE=Release -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
+        -DLLAMA_BUILD_SERVER=OFF >"$LLCPP/cmake.log" 2>&1
+    cmake --build "$LLCPP/build" --target llama-bench -j"$THREADS" >"$LLCPP/build.log" 2>&1
+fi
+echo "llama.cpp: $(git -C "$LLCPP" log --format=%h -1), built native; ours: $(git log --format=%h -1)" >&2
+
+mkdir -p "$DIR"
+for t in $TYPES; do
+    M=$DIR/qwen2.5-0.5b-$t.gguf
+    [ -f "$M" ] || "$AF" model make-random --arch qwen2 --shape qwen2.5-0.5b --type "$t" --seed 1 \
+        --vocab-from "$VOCAB" "$M" >/dev/null
+done
+
+res=$(mktemp)
+trap 'rm -f "$res"' EXIT
+for pass in $(seq "$PASSES"); do
+    for t in $TYPES; do
+        M=$DIR/qwen2.5-0.5b-$t.gguf
+        l=$("$LB" -m "$M" -p "$PP" -n "$TG" -t "$THREADS" -r 1 -o csv 2>/dev/null |
+            awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) { gsub(/"/, "", $i); if ($i == "avg_ts") c = i }; next }
+                     { gsub(/"/, "", $c); printf "%s ", $c }')
+        o=$("$AF" model bench "$M" -p "$PP" -n "$TG" -t "$THREADS" 2>/dev/null |
+            grep -oE '"(pp|tg)_tokens_per_s":[0-9.]+' | cut -d: -f2 | tr '\n' ' ')
+        echo "pass $pass $t llama.cpp pp/tg: $l ours pp/tg: $o"
+        echo "$t $l $o" >>"$res"
+    done
+done
+echo
+echo "| type | llama.cpp pp$PP | ours pp$PP | ratio | llama.cpp tg$TG | ours tg$TG | ratio |"
+echo "|---|---|---|---|---|---|---|"
+for t in $TYPES; do
+    awk -v t="$t" '$1 == t {
+        if ($2 > lp) lp = $2; if ($3 > lt) lt = $3; if ($4 > op) op = $4; if ($5 > ot) ot = $5 }
+        END { printf "| %s | %.1f | %.1f | %.2fx | %.1f | %.1f | %.2fx |\n", t, lp, op, op / lp,
+              lt, ot, ot / lt }' "$res"
+done
