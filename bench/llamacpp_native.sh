@@ -31,7 +31,7 @@ done
 LB=$LLCPP/build/bin/llama-bench
 if [ ! -x "$LB" ]; then
     rm -rf "$LLCPP"
-    git clone -q "$BUNDLE" "$LLCPP"
+    git -c advice.detachedHead=false clone -q "$BUNDLE" "$LLCPP"
     cmake -S "$LLCPP" -B "$LLCPP/build" -DGGML_NATIVE=ON -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
         -DCMAKE_BUILD_TYPE=Release -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
         -DLLAMA_BUILD_SERVER=OFF >"$LLCPP/cmake.log" 2>&1
