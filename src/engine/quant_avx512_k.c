@@ -255,11 +255,16 @@ AF_TARGET_AVX512 static AF_INLINE void k_tokens(int kind, int nc, const struct k
                                         _mm512_add_epi32(_mm512_mullo_epi32(p0, B->sc[2 * g]),
                                                          _mm512_mullo_epi32(p1, B->sc[2 * g + 1])));
             } else {
-                __m512i p = _mm512_setzero_si512();
-#pragma GCC unroll 8
-                for (int i = 0; i < 8; i++)
-                    p = _mm512_dpbusd_epi32(p, T[i], _mm512_set1_epi32(load_i32(q + 4 * i)));
-                S[c] = _mm512_add_epi32(S[c], _mm512_mullo_epi32(p, B->sc[g]));
+                /* two chains of 4 (exact integers: the same sum, half the latency) */
+                __m512i pa = _mm512_setzero_si512(), pb = _mm512_setzero_si512();
+#pragma GCC unroll 4
+                for (int i = 0; i < 4; i++) {
+                    pa = _mm512_dpbusd_epi32(pa, T[i], _mm512_set1_epi32(load_i32(q + 4 * i)));
+                    pb = _mm512_dpbusd_epi32(pb, T[4 + i],
+                                             _mm512_set1_epi32(load_i32(q + 16 + 4 * i)));
+                }
+                S[c] =
+                    _mm512_add_epi32(S[c], _mm512_mullo_epi32(_mm512_add_epi32(pa, pb), B->sc[g]));
             }
         }
     }
