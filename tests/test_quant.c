@@ -646,8 +646,9 @@ static void test_packed_matmul(void **state)
         printf("AVX-512 VNNI not available on this CPU: skipping\n");
         skip();
     }
-    static const uint32_t types[] = {GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_Q5_0, GGML_TYPE_Q4_K,
-                                     GGML_TYPE_Q5_K, GGML_TYPE_Q6_K, GGML_TYPE_F16};
+    static const uint32_t types[] = {GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_Q5_0,
+                                     GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K,
+                                     GGML_TYPE_F16,  GGML_TYPE_BF16};
     static const int64_t nbs[] = {1, 5, 131, 523};
     static const int64_t ms[] = {1, 2, 8, 9, 16, 17, 64, 67};
     const int64_t rows = 37, mmax = 67;
@@ -666,7 +667,8 @@ static void test_packed_matmul(void **state)
             packed_types += ki == 0;
             /* 3 groups of 16 rows; where a block of 16 rows is not a multiple of 64 bytes (all
              * but Q4_K and Q5_K) blocks go in pairs, and an odd last one takes a pair */
-            const int paired = t != GGML_TYPE_Q4_K && t != GGML_TYPE_Q5_K && t != GGML_TYPE_F16;
+            const int half = t == GGML_TYPE_F16 || t == GGML_TYPE_BF16;
+            const int paired = t != GGML_TYPE_Q4_K && t != GGML_TYPE_Q5_K && !half;
             const int64_t kp = k + (paired ? k % (2 * quant_block_elems(t)) : 0);
             assert_int_equal(pbytes, (size_t)48 * quant_row_bytes(t, kp));
             float *fw = rand_vec(&r, rows * k, 0.05f), *fx = rand_vec(&r, mmax * k, 1.0f);
@@ -680,9 +682,9 @@ static void test_packed_matmul(void **state)
             quant_pack(t, W, rows, k, P);
             for (size_t mi = 0; mi < sizeof ms / sizeof ms[0]; mi++) {
                 const int64_t m = ms[mi];
-                /* F16's row-major lone token sums in lanes (the AVX2 dot); packed, it gets the
-                 * bits of the first token of a batch */
-                quant_matmul(t, W, k, X, t == GGML_TYPE_F16 && m == 1 ? 2 : m, out, rows, 0, rows);
+                /* F16's / BF16's row-major lone token sums in lanes (the AVX2 dot); packed, it
+                 * gets the bits of the first token of a batch */
+                quant_matmul(t, W, k, X, half && m == 1 ? 2 : m, out, rows, 0, rows);
                 memset(pk, 0xff, (size_t)(rows * m) * sizeof *pk);
                 assert_int_equal(quant_matmul_packed(t, P, rows, k, X, m, pk, rows, 0, 16), 0);
                 assert_int_equal(quant_matmul_packed(t, P, rows, k, X, m, pk, rows, 16, rows), 0);

@@ -1,6 +1,6 @@
 /*
- * quant_avx512_f16.c - F16 weights packed with 16 rows in the lanes (quant_pack), and the AVX-512
- * matmul of every batch size on that form.
+ * quant_avx512_f16.c - F16 and BF16 weights packed with 16 rows in the lanes (quant_pack), and
+ * the AVX-512 matmul of every batch size on that form.
  *
  * Why: the row-major F16 kernels broadcast one weight per FMA over tokens in the lanes, so a
  * batch of 2-16 tokens (continuous batching's decode step) leaves most lanes idle and converts
@@ -33,14 +33,20 @@ enum {
     F_XT = 64   /* tokens whose chunk is converted to F32 at once (128 KiB) */
 };
 
-/* A packed group's bytes: k elements of 16 rows, F16. */
+/* 16 halves (F16, or BF16 when bf) as F32, exact. */
+AF_TARGET_AVX512 static AF_INLINE __m512 f_widen(int bf, __m256i h)
+{
+    return bf ? _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16))
+              : _mm512_cvtph_ps(h);
+}
+
+/* A packed group's bytes: k elements of 16 rows, 2 bytes each. */
 static inline size_t f_group_bytes(int64_t k)
 {
     return (size_t)k * 32;
 }
 
-AF_TARGET_AVX512 size_t quant_avx512_pack_f16(const void *W, size_t wbytes, int64_t rows, int64_t k,
-                                              void *out)
+static size_t f_pack(const void *W, size_t wbytes, int64_t rows, int64_t k, void *out)
 {
     const size_t gbytes = f_group_bytes(k);
     const int64_t ng = (rows + 15) / 16;
@@ -65,7 +71,7 @@ AF_TARGET_AVX512 size_t quant_avx512_pack_f16(const void *W, size_t wbytes, int6
  * partial sums, and end in out (its rows masked by mk). next: the group after this one,
  * whose chunk is prefetched into L2 a line per element pair (NULL: the first tile of the
  * chunk did). */
-AF_TARGET_AVX512 static AF_INLINE void f_tile(int nc, const uint16_t *pw, int64_t kc,
+AF_TARGET_AVX512 static AF_INLINE void f_tile(int bf, int nc, const uint16_t *pw, int64_t kc,
                                               const float *xf, int64_t ldx, const uint8_t *next,
                                               int first, float *out, int64_t ldo, __mmask16 mk)
 {
@@ -76,7 +82,7 @@ AF_TARGET_AVX512 static AF_INLINE void f_tile(int nc, const uint16_t *pw, int64_
     for (int64_t i = 0; i < kc; i++) {
         if (next && (i & 1) == 0)
             _mm_prefetch((const char *)next + 32 * i, _MM_HINT_T1);
-        const __m512 w = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(pw + 16 * i)));
+        const __m512 w = f_widen(bf, _mm256_load_si256((const __m256i *)(pw + 16 * i)));
 #pragma GCC unroll 16
         for (int c = 0; c < nc; c++)
             acc[c] = _mm512_fmadd_ps(w, _mm512_set1_ps(xf[c * ldx + i]), acc[c]);
@@ -87,13 +93,16 @@ AF_TARGET_AVX512 static AF_INLINE void f_tile(int nc, const uint16_t *pw, int64_
 }
 
 /* Every token count 1..F_TC specialised (the accumulators stay in registers). */
-AF_TARGET_AVX512 static void f_tile_n(int nc, const uint16_t *pw, int64_t kc, const float *xf,
-                                      int64_t ldx, const uint8_t *next, int first, float *out,
-                                      int64_t ldo, __mmask16 mk)
+AF_TARGET_AVX512 static void f_tile_n(int bf, int nc, const uint16_t *pw, int64_t kc,
+                                      const float *xf, int64_t ldx, const uint8_t *next, int first,
+                                      float *out, int64_t ldo, __mmask16 mk)
 {
 #define F_CASE(n)                                                                                  \
     case n:                                                                                        \
-        f_tile(n, pw, kc, xf, ldx, next, first, out, ldo, mk);                                     \
+        if (bf)                                                                                    \
+            f_tile(1, n, pw, kc, xf, ldx, next, first, out, ldo, mk);                              \
+        else                                                                                       \
+            f_tile(0, n, pw, kc, xf, ldx, next, first, out, ldo, mk);                              \
         break;
     switch (nc) {
         F_CASE(1)
@@ -117,31 +126,29 @@ AF_TARGET_AVX512 static void f_tile_n(int nc, const uint16_t *pw, int64_t kc, co
 #undef F_CASE
 }
 
-/* Tokens [j0, j0 + nt) of X (F16 rows, xbytes apart), elements [k0, k0 + kc), as F32 into
+/* Tokens [j0, j0 + nt) of X (F16 or BF16 rows, xbytes apart), elements [k0, k0 + kc), as F32 into
  * xf[t * F_KC + i] (exact). */
-AF_TARGET_AVX512 static void f_convert(const uint8_t *X, size_t xbytes, int64_t j0, int64_t nt,
-                                       int64_t k0, int64_t kc, float *xf)
+AF_TARGET_AVX512 static void f_convert(int bf, const uint8_t *X, size_t xbytes, int64_t j0,
+                                       int64_t nt, int64_t k0, int64_t kc, float *xf)
 {
     for (int64_t t = 0; t < nt; t++) {
         const uint16_t *h = (const uint16_t *)(X + (size_t)(j0 + t) * xbytes) + k0;
         float *d = xf + t * F_KC;
         int64_t i = 0;
         for (; i + 16 <= kc; i += 16)
-            _mm512_storeu_ps(d + i, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(h + i))));
+            _mm512_storeu_ps(d + i, f_widen(bf, _mm256_loadu_si256((const __m256i *)(h + i))));
         for (; i < kc; i++)
-            d[i] = _cvtsh_ss(h[i]);
+            d[i] = bf ? quant_bf16_to_f32(h[i]) : _cvtsh_ss(h[i]);
     }
 }
 
 /* out[j * ldo + r] = W row r . X row j for r in [r0, r1) (r0 a multiple of 16), j < m. Loop
  * order: k chunk, then token block (F_XT tokens converted once), then group, then F_TC tokens at
  * a time, so a group's chunk (16 KiB) stays in L1 while the block's tokens pass over it. */
-AF_TARGET_AVX512 void quant_avx512_matmul_packed_f16(const void *P, int64_t rows, int64_t k,
-                                                     const void *X, size_t xbytes, int64_t m,
-                                                     float *out, int64_t ldo, int64_t r0,
-                                                     int64_t r1)
+AF_TARGET_AVX512 static void f_matmul(int bf, const void *P, int64_t k, const void *X,
+                                      size_t xbytes, int64_t m, float *out, int64_t ldo, int64_t r0,
+                                      int64_t r1)
 {
-    (void)rows;
     const size_t gbytes = f_group_bytes(k);
     const uint8_t *Pb = P, *Xb = X;
     /* the block's tokens as F32: per thread, as calls run on every worker at once */
@@ -150,7 +157,7 @@ AF_TARGET_AVX512 void quant_avx512_matmul_packed_f16(const void *P, int64_t rows
         const int64_t kc = k - k0 < F_KC ? k - k0 : F_KC;
         for (int64_t j0 = 0; j0 < m; j0 += F_XT) {
             const int64_t nt = m - j0 < F_XT ? m - j0 : F_XT;
-            f_convert(Xb, xbytes, j0, nt, k0, kc, xf);
+            f_convert(bf, Xb, xbytes, j0, nt, k0, kc, xf);
             for (int64_t r = r0; r < r1; r += 16) {
                 const int nr = r1 - r < 16 ? (int)(r1 - r) : 16;
                 const __mmask16 mk = (__mmask16)(nr == 16 ? 0xFFFF : (1u << nr) - 1);
@@ -160,12 +167,42 @@ AF_TARGET_AVX512 void quant_avx512_matmul_packed_f16(const void *P, int64_t rows
                 const uint8_t *next = pg + gbytes + (size_t)k0 * 32;
                 for (int64_t c0 = 0; c0 < nt; c0 += F_TC) {
                     const int nc = nt - c0 < F_TC ? (int)(nt - c0) : F_TC;
-                    f_tile_n(nc, pw, kc, xf + c0 * F_KC, F_KC, j0 + c0 == 0 ? next : NULL, k0 == 0,
-                             out + (j0 + c0) * ldo + r, ldo, mk);
+                    f_tile_n(bf, nc, pw, kc, xf + c0 * F_KC, F_KC, j0 + c0 == 0 ? next : NULL,
+                             k0 == 0, out + (j0 + c0) * ldo + r, ldo, mk);
                 }
             }
         }
     }
+}
+
+AF_TARGET_AVX512 size_t quant_avx512_pack_f16(const void *W, size_t wbytes, int64_t rows, int64_t k,
+                                              void *out)
+{
+    return f_pack(W, wbytes, rows, k, out);
+}
+
+AF_TARGET_AVX512 size_t quant_avx512_pack_bf16(const void *W, size_t wbytes, int64_t rows,
+                                               int64_t k, void *out)
+{
+    return f_pack(W, wbytes, rows, k, out);
+}
+
+AF_TARGET_AVX512 void quant_avx512_matmul_packed_f16(const void *P, int64_t rows, int64_t k,
+                                                     const void *X, size_t xbytes, int64_t m,
+                                                     float *out, int64_t ldo, int64_t r0,
+                                                     int64_t r1)
+{
+    (void)rows;
+    f_matmul(0, P, k, X, xbytes, m, out, ldo, r0, r1);
+}
+
+AF_TARGET_AVX512 void quant_avx512_matmul_packed_bf16(const void *P, int64_t rows, int64_t k,
+                                                      const void *X, size_t xbytes, int64_t m,
+                                                      float *out, int64_t ldo, int64_t r0,
+                                                      int64_t r1)
+{
+    (void)rows;
+    f_matmul(1, P, k, X, xbytes, m, out, ldo, r0, r1);
 }
 
 #endif
