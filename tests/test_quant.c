@@ -668,7 +668,8 @@ static void test_packed_matmul(void **state)
             /* 3 groups of 16 rows; where a block of 16 rows is not a multiple of 64 bytes (all
              * but Q4_K and Q5_K) blocks go in pairs, and an odd last one takes a pair */
             const int half = t == GGML_TYPE_F16 || t == GGML_TYPE_BF16;
-            const int paired = t != GGML_TYPE_Q4_K && t != GGML_TYPE_Q5_K && !half;
+            const int paired =
+                t != GGML_TYPE_Q4_K && t != GGML_TYPE_Q5_K && !half && t != GGML_TYPE_F32;
             const int64_t kp = k + (paired ? k % (2 * quant_block_elems(t)) : 0);
             assert_int_equal(pbytes, (size_t)48 * quant_row_bytes(t, kp));
             float *fw = rand_vec(&r, rows * k, 0.05f), *fx = rand_vec(&r, mmax * k, 1.0f);
@@ -761,7 +762,7 @@ static float fma_chain(uint32_t t, const void *w, const void *x, int64_t k)
  * m = 37 a partial token panel; k = 4867 is long and odd. */
 static void gemm_float_isa(const char *isa)
 {
-    static const uint32_t types[] = {GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_BF16};
+    static const uint32_t types[] = {GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_BF16, GGML_TYPE_F32};
     static const int64_t ks[] = {1, 8, 37, 179, 4867};
     const int64_t rows = 23, m = 37;
     struct rng r = {0xf10a7};

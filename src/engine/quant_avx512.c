@@ -206,6 +206,7 @@ const struct quant_kernels quant_kernels_avx512 = {
         },
     .pack =
         {
+            [GGML_TYPE_F32] = quant_avx512_pack_f32,
             [GGML_TYPE_F16] = quant_avx512_pack_f16,
             [GGML_TYPE_BF16] = quant_avx512_pack_bf16,
             [GGML_TYPE_Q4_0] = quant_avx512_pack_q4_0,
@@ -217,6 +218,7 @@ const struct quant_kernels quant_kernels_avx512 = {
         },
     .matmul_packed =
         {
+            [GGML_TYPE_F32] = quant_avx512_matmul_packed_f32,
             [GGML_TYPE_F16] = quant_avx512_matmul_packed_f16,
             [GGML_TYPE_BF16] = quant_avx512_matmul_packed_bf16,
             [GGML_TYPE_Q4_0] = quant_avx512_matmul_packed_q4_0,

@@ -178,10 +178,10 @@ int quant_matmul_m1_invariant(uint32_t t)
 
 int quant_matmul_ranges_per_thread(uint32_t t, int64_t m)
 {
-    /* The packed F16 / BF16 kernel converts its tokens per call too, but a small batch is few */
-    const int half = t == GGML_TYPE_F16 || t == GGML_TYPE_BF16;
-    const int rows16 = half && kernels()->matmul_packed[t] && m <= 16;
-    const int packs = t == GGML_TYPE_F32 || (half && !rows16);
+    /* The packed float kernels convert their tokens per call too, but a small batch is few */
+    const int fl = t == GGML_TYPE_F32 || t == GGML_TYPE_F16 || t == GGML_TYPE_BF16;
+    const int rows16 = fl && kernels()->matmul_packed[t] && m <= 16;
+    const int packs = fl && !rows16;
     if (m >= 2 && packs)
         return 1;
     return m <= 2 ? 16 : 4;

@@ -188,10 +188,14 @@ void quant_avx512_matmul_packed_q5_0(const void *P, int64_t rows, int64_t k, con
                                      size_t xbytes, int64_t m, float *out, int64_t ldo, int64_t r0,
                                      int64_t r1);
 
-/* F16 / BF16 packed with 16 rows in the lanes, [k][16] a group (quant_avx512_f16.c): one FMA
- * chain per output over k in order, the row-major prefill kernels' bits, for every batch size. */
+/* F16 / BF16 / F32 packed with 16 rows in the lanes, [k][16] a group (quant_avx512_fpack.c): the
+ * row-major kernels' bits (a lone F32 token the AVX2 dot's, the halves' the batch chain). */
 size_t quant_avx512_pack_f16(const void *W, size_t wbytes, int64_t rows, int64_t k, void *out);
 size_t quant_avx512_pack_bf16(const void *W, size_t wbytes, int64_t rows, int64_t k, void *out);
+size_t quant_avx512_pack_f32(const void *W, size_t wbytes, int64_t rows, int64_t k, void *out);
+void quant_avx512_matmul_packed_f32(const void *P, int64_t rows, int64_t k, const void *X,
+                                    size_t xbytes, int64_t m, float *out, int64_t ldo, int64_t r0,
+                                    int64_t r1);
 void quant_avx512_matmul_packed_bf16(const void *P, int64_t rows, int64_t k, const void *X,
                                      size_t xbytes, int64_t m, float *out, int64_t ldo, int64_t r0,
                                      int64_t r1);
