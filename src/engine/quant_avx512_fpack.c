@@ -222,19 +222,19 @@ AF_TARGET_AVX512 static void f_tile2_n(int kind, int nc, const uint8_t *pw0, con
 }
 
 /* One F32 token against one group over all of k, in the AVX2 dot's order (the header); pg the
- * group, x the token. Classes 0-15 run first (with the leftover runs of 8 on 0-7) and are parked,
- * then 16-31: 16 accumulators at a time leave registers for the loads. */
+ * group, x the token: 32 accumulators, one per element class (the compiler keeps what does not
+ * fit beside the loads on the stack). */
 AF_TARGET_AVX512 static void f32_dot1(const uint8_t *pg, int64_t k, const float *x,
                                       const uint8_t *next, float *out, __mmask16 mk)
 {
     const int64_t n32 = k / 32 * 32;
-    __m512 a[16], b[16];
-#pragma GCC unroll 16
-    for (int j = 0; j < 16; j++)
-        a[j] = b[j] = _mm512_setzero_ps();
+    __m512 a[32];
+#pragma GCC unroll 32
+    for (int j = 0; j < 32; j++)
+        a[j] = _mm512_setzero_ps();
     for (int64_t i = 0; i < n32; i += 32) {
-#pragma GCC unroll 16
-        for (int j = 0; j < 16; j++) {
+#pragma GCC unroll 32
+        for (int j = 0; j < 32; j++) {
             f_prefetch(K_F32, next, i + j);
             a[j] = _mm512_fmadd_ps(f_load(K_F32, pg, i + j), _mm512_set1_ps(x[i + j]), a[j]);
         }
@@ -244,29 +244,15 @@ AF_TARGET_AVX512 static void f32_dot1(const uint8_t *pg, int64_t k, const float 
 #pragma GCC unroll 8
         for (int l = 0; l < 8; l++)
             a[l] = _mm512_fmadd_ps(f_load(K_F32, pg, i + l), _mm512_set1_ps(x[i + l]), a[l]);
-    const int64_t tail = i;
-    float park[16][16] __attribute__((aligned(64)));
-#pragma GCC unroll 16
-    for (int j = 0; j < 16; j++)
-        _mm512_store_ps(park[j], a[j]);
-    for (i = 0; i < n32; i += 32) {
-#pragma GCC unroll 16
-        for (int j = 0; j < 16; j++) {
-            f_prefetch(K_F32, next, i + 16 + j);
-            b[j] =
-                _mm512_fmadd_ps(f_load(K_F32, pg, i + 16 + j), _mm512_set1_ps(x[i + 16 + j]), b[j]);
-        }
-    }
     /* v_l = (s0 + s1) + (s2 + s3) lane l, s0..s3 the dot's accumulators: classes l, 8 + l,
      * 16 + l, 24 + l; then hsum8: ((v0 + v4) + (v2 + v6)) + ((v1 + v5) + (v3 + v7)) */
     __m512 v[8];
 #pragma GCC unroll 8
     for (int l = 0; l < 8; l++)
-        v[l] = _mm512_add_ps(_mm512_add_ps(_mm512_load_ps(park[l]), _mm512_load_ps(park[8 + l])),
-                             _mm512_add_ps(b[l], b[8 + l]));
+        v[l] = _mm512_add_ps(_mm512_add_ps(a[l], a[8 + l]), _mm512_add_ps(a[16 + l], a[24 + l]));
     __m512 s = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(v[0], v[4]), _mm512_add_ps(v[2], v[6])),
                              _mm512_add_ps(_mm512_add_ps(v[1], v[5]), _mm512_add_ps(v[3], v[7])));
-    for (i = tail; i < k; i++) /* s += w * x, a multiply then an add (the dot's scalar tail) */
+    for (; i < k; i++) /* s += w * x, a multiply then an add (the dot's scalar tail) */
         s = _mm512_add_ps(s, _mm512_mul_ps(f_load(K_F32, pg, i), _mm512_set1_ps(x[i])));
     _mm512_mask_storeu_ps(out, mk, s);
 }
