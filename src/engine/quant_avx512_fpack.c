@@ -33,7 +33,7 @@
 enum {
     F_KC = 512, /* elements of k per chunk of the halves, half that for F32: a group's chunk
                  * is 16 KiB, which stays in L1 (32 KiB here) beside the tokens' */
-    F_TC = 16,  /* tokens in registers */
+    F_TC = 8,   /* tokens in registers (QUANT_NC_CASES) */
     F_XT = 64   /* tokens whose chunk is converted to F32 at once (128 KiB) */
 };
 
@@ -105,69 +105,49 @@ AF_TARGET_AVX512 static AF_INLINE void f_tile(int kind, int nc, const uint8_t *p
                                               int first, float *out, int64_t ldo, __mmask16 mk)
 {
     __m512 acc[F_TC];
-#pragma GCC unroll 16
+#pragma GCC unroll 8
     for (int c = 0; c < nc; c++)
         acc[c] = first ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(mk, out + c * ldo);
     for (int64_t i = 0; i < kc; i++) {
         f_prefetch(kind, next, i);
         const __m512 w = f_load(kind, pw, i);
-#pragma GCC unroll 16
+#pragma GCC unroll 8
         for (int c = 0; c < nc; c++)
             acc[c] = _mm512_fmadd_ps(w, _mm512_set1_ps(x[c * ldx + i]), acc[c]);
     }
-#pragma GCC unroll 16
+#pragma GCC unroll 8
     for (int c = 0; c < nc; c++)
         _mm512_mask_storeu_ps(out + c * ldo, mk, acc[c]);
 }
 
-/* Every token count 1..F_TC and kind specialised (the accumulators stay in registers). */
+/* The kind and the token count as constants, so that a tile's sums stay in registers. */
+#define F_BY_KIND(TILE, n, ...)                                                                    \
+    do {                                                                                           \
+        if (kind == K_F32)                                                                         \
+            TILE(K_F32, n, __VA_ARGS__);                                                           \
+        else if (kind == K_BF16)                                                                   \
+            TILE(K_BF16, n, __VA_ARGS__);                                                          \
+        else                                                                                       \
+            TILE(K_F16, n, __VA_ARGS__);                                                           \
+    } while (0)
+
 AF_TARGET_AVX512 static void f_tile_n(int kind, int nc, const uint8_t *pw, int64_t kc,
                                       const float *x, int64_t ldx, const uint8_t *next, int first,
-                                      float *out, int64_t ldo, __mmask16 mk)
-{
-#define F_KIND(kd, n) f_tile(kd, n, pw, kc, x, ldx, next, first, out, ldo, mk)
-#define F_CASE(n)                                                                                  \
-    case n:                                                                                        \
-        if (kind == K_F32)                                                                         \
-            F_KIND(K_F32, n);                                                                      \
-        else if (kind == K_BF16)                                                                   \
-            F_KIND(K_BF16, n);                                                                     \
-        else                                                                                       \
-            F_KIND(K_F16, n);                                                                      \
-        break;
-    switch (nc) {
-        F_CASE(1)
-        F_CASE(2)
-        F_CASE(3)
-        F_CASE(4)
-        F_CASE(5)
-        F_CASE(6)
-        F_CASE(7)
-        F_CASE(8)
-        F_CASE(9)
-        F_CASE(10)
-        F_CASE(11)
-        F_CASE(12)
-        F_CASE(13)
-        F_CASE(14)
-        F_CASE(15)
-    default:
-        F_CASE(16)
-    }
-#undef F_CASE
-#undef F_KIND
+                                      float *out, int64_t ldo, __mmask16 mk){
+#define F1(n) F_BY_KIND(f_tile, n, pw, kc, x, ldx, next, first, out, ldo, mk)
+    QUANT_NC_CASES(F1)
+#undef F1
 }
 
-/* Two adjacent groups (32 rows; pw1 the second's chunk) x nc (<= F_TC / 2) tokens: per element,
- * 2 weight loads and nc broadcasts feed 2 nc FMAs, against 1 and 16 for 16 in f_tile (the same
- * chain per output, so the same bits). */
-AF_TARGET_AVX512 static AF_INLINE void f_tile2(int kind, int nc, const uint8_t *pw0,
-                                               const uint8_t *pw1, int64_t kc, const float *x,
-                                               int64_t ldx, const uint8_t *next0,
-                                               const uint8_t *next1, int first, float *out,
-                                               int64_t ldo, __mmask16 mk1)
+/* Two adjacent groups (32 rows; pw1 the second's chunk) x nc (<= F_TC) tokens: per element, 2
+ * weight loads and nc broadcasts feed 2 nc FMAs, against 1 and 8 for 8 in f_tile (the same chain
+ * per output, so the same bits). */
+AF_TARGET_AVX512 static AF_INLINE
+    void f_tile2(int kind, int nc, const uint8_t *pw0, const uint8_t *pw1, int64_t kc,
+                 const float *x, int64_t ldx, const uint8_t *next0, const uint8_t *next1, int first,
+                 float *out, int64_t ldo, __mmask16 mk1)
 {
-    __m512 a0[F_TC / 2], a1[F_TC / 2];
+    __m512 a0[F_TC], a1[F_TC];
 #pragma GCC unroll 8
     for (int c = 0; c < nc; c++) {
         a0[c] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(out + c * ldo);
@@ -194,31 +174,10 @@ AF_TARGET_AVX512 static AF_INLINE void f_tile2(int kind, int nc, const uint8_t *
 AF_TARGET_AVX512 static void f_tile2_n(int kind, int nc, const uint8_t *pw0, const uint8_t *pw1,
                                        int64_t kc, const float *x, int64_t ldx,
                                        const uint8_t *next0, const uint8_t *next1, int first,
-                                       float *out, int64_t ldo, __mmask16 mk1)
-{
-#define F_KIND(kd, n) f_tile2(kd, n, pw0, pw1, kc, x, ldx, next0, next1, first, out, ldo, mk1)
-#define F_CASE(n)                                                                                  \
-    case n:                                                                                        \
-        if (kind == K_F32)                                                                         \
-            F_KIND(K_F32, n);                                                                      \
-        else if (kind == K_BF16)                                                                   \
-            F_KIND(K_BF16, n);                                                                     \
-        else                                                                                       \
-            F_KIND(K_F16, n);                                                                      \
-        break;
-    switch (nc) {
-        F_CASE(1)
-        F_CASE(2)
-        F_CASE(3)
-        F_CASE(4)
-        F_CASE(5)
-        F_CASE(6)
-        F_CASE(7)
-    default:
-        F_CASE(8)
-    }
-#undef F_CASE
-#undef F_KIND
+                                       float *out, int64_t ldo, __mmask16 mk1){
+#define F2(n) F_BY_KIND(f_tile2, n, pw0, pw1, kc, x, ldx, next0, next1, first, out, ldo, mk1)
+    QUANT_NC_CASES(F2)
+#undef F2
 }
 
 /* One F32 token against one group over all of k, in the AVX2 dot's order (the header); pg the
@@ -324,8 +283,8 @@ AF_TARGET_AVX512 static void f_matmul(int kind, const void *P, int64_t k, const 
                 if (pair_tiles && r1 - r > 16) { /* two groups, 8 tokens at a time */
                     const int nr1 = r1 - r - 16 < 16 ? (int)(r1 - r - 16) : 16;
                     const __mmask16 mk1 = (__mmask16)(nr1 == 16 ? 0xFFFF : (1u << nr1) - 1);
-                    for (int64_t c0 = 0; c0 < nt; c0 += F_TC / 2) {
-                        const int nc = nt - c0 < F_TC / 2 ? (int)(nt - c0) : F_TC / 2;
+                    for (int64_t c0 = 0; c0 < nt; c0 += F_TC) {
+                        const int nc = nt - c0 < F_TC ? (int)(nt - c0) : F_TC;
                         const int pf = j0 + c0 == 0; /* the next pair, once per chunk */
                         f_tile2_n(kind, nc, pw, pw + gbytes, kc, xb + c0 * ldx, ldx,
                                   pf ? pw + 2 * gbytes : NULL, pf ? pw + 3 * gbytes : NULL, k0 == 0,
