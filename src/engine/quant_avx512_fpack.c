@@ -33,7 +33,7 @@
 enum {
     F_KC = 512, /* elements of k per chunk of the halves, half that for F32: a group's chunk
                  * is 16 KiB, which stays in L1 (32 KiB here) beside the tokens' */
-    F_TC = 8,   /* tokens in registers (QUANT_NC_CASES) */
+    F_TC = 8,   /* tokens in registers (QUANT_NC_CASES), or 16 in a full tile of one group */
     F_XT = 64   /* tokens whose chunk is converted to F32 at once (128 KiB) */
 };
 
@@ -96,26 +96,26 @@ AF_TARGET_AVX512 static AF_INLINE void f_prefetch(int kind, const uint8_t *next,
         _mm_prefetch((const char *)next + 16 * (int64_t)f_es(kind) * i, _MM_HINT_T1);
 }
 
-/* nc (<= F_TC) tokens against one group over the kc elements of a k chunk: pw the group's
- * chunk, x[c * ldx + i] token c's element i as F32. The sums start at +0 (first) or out's
+/* nc (<= 2 F_TC) tokens against one group over the kc elements of a k chunk: pw the group's
+ * chunk, x[c * F_KC + i] token c's element i as F32. The sums start at +0 (first) or out's
  * partial sums, and end in out (its rows masked by mk). next: the group after this one, at the
  * same chunk (NULL: the first tile of the chunk prefetched it). */
 AF_TARGET_AVX512 static AF_INLINE void f_tile(int kind, int nc, const uint8_t *pw, int64_t kc,
-                                              const float *x, int64_t ldx, const uint8_t *next,
-                                              int first, float *out, int64_t ldo, __mmask16 mk)
+                                              const float *x, const uint8_t *next, int first,
+                                              float *out, int64_t ldo, __mmask16 mk)
 {
-    __m512 acc[F_TC];
-#pragma GCC unroll 8
+    __m512 acc[2 * F_TC];
+#pragma GCC unroll 16
     for (int c = 0; c < nc; c++)
         acc[c] = first ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(mk, out + c * ldo);
     for (int64_t i = 0; i < kc; i++) {
         f_prefetch(kind, next, i);
         const __m512 w = f_load(kind, pw, i);
-#pragma GCC unroll 8
+#pragma GCC unroll 16
         for (int c = 0; c < nc; c++)
-            acc[c] = _mm512_fmadd_ps(w, _mm512_set1_ps(x[c * ldx + i]), acc[c]);
+            acc[c] = _mm512_fmadd_ps(w, _mm512_set1_ps(x[c * F_KC + i]), acc[c]);
     }
-#pragma GCC unroll 8
+#pragma GCC unroll 16
     for (int c = 0; c < nc; c++)
         _mm512_mask_storeu_ps(out + c * ldo, mk, acc[c]);
 }
@@ -132,9 +132,20 @@ AF_TARGET_AVX512 static AF_INLINE void f_tile(int kind, int nc, const uint8_t *p
     } while (0)
 
 AF_TARGET_AVX512 static void f_tile_n(int kind, int nc, const uint8_t *pw, int64_t kc,
-                                      const float *x, int64_t ldx, const uint8_t *next, int first,
-                                      float *out, int64_t ldo, __mmask16 mk){
-#define F1(n) F_BY_KIND(f_tile, n, pw, kc, x, ldx, next, first, out, ldo, mk)
+                                      const float *x, const uint8_t *next, int first, float *out,
+                                      int64_t ldo, __mmask16 mk)
+{
+#define F1(n) F_BY_KIND(f_tile, n, pw, kc, x, next, first, out, ldo, mk)
+    if (nc == 2 * F_TC) { /* a full tile: 16 FMAs a weight load (and conversion) */
+        F1(2 * F_TC);
+        return;
+    }
+    if (nc > F_TC) { /* 9-15 tokens: 8, then the rest (each output's chain is its own) */
+        F_BY_KIND(f_tile, F_TC, pw, kc, x, next, first, out, ldo, mk);
+        x += F_TC * F_KC;
+        out += F_TC * ldo;
+        nc -= F_TC;
+    }
     QUANT_NC_CASES(F1)
 #undef F1
 }
@@ -142,10 +153,10 @@ AF_TARGET_AVX512 static void f_tile_n(int kind, int nc, const uint8_t *pw, int64
 /* Two adjacent groups (32 rows; pw1 the second's chunk) x nc (<= F_TC) tokens: per element, 2
  * weight loads and nc broadcasts feed 2 nc FMAs, against 1 and 8 for 8 in f_tile (the same chain
  * per output, so the same bits). */
-AF_TARGET_AVX512 static AF_INLINE
-    void f_tile2(int kind, int nc, const uint8_t *pw0, const uint8_t *pw1, int64_t kc,
-                 const float *x, int64_t ldx, const uint8_t *next0, const uint8_t *next1, int first,
-                 float *out, int64_t ldo, __mmask16 mk1)
+AF_TARGET_AVX512 static AF_INLINE void f_tile2(int kind, int nc, const uint8_t *pw0,
+                                               const uint8_t *pw1, int64_t kc, const float *x,
+                                               const uint8_t *next0, const uint8_t *next1,
+                                               int first, float *out, int64_t ldo, __mmask16 mk1)
 {
     __m512 a0[F_TC], a1[F_TC];
 #pragma GCC unroll 8
@@ -159,7 +170,7 @@ AF_TARGET_AVX512 static AF_INLINE
         const __m512 w0 = f_load(kind, pw0, i), w1 = f_load(kind, pw1, i);
 #pragma GCC unroll 8
         for (int c = 0; c < nc; c++) {
-            const __m512 xv = _mm512_set1_ps(x[c * ldx + i]);
+            const __m512 xv = _mm512_set1_ps(x[c * F_KC + i]);
             a0[c] = _mm512_fmadd_ps(w0, xv, a0[c]);
             a1[c] = _mm512_fmadd_ps(w1, xv, a1[c]);
         }
@@ -172,10 +183,10 @@ AF_TARGET_AVX512 static AF_INLINE
 }
 
 AF_TARGET_AVX512 static void f_tile2_n(int kind, int nc, const uint8_t *pw0, const uint8_t *pw1,
-                                       int64_t kc, const float *x, int64_t ldx,
-                                       const uint8_t *next0, const uint8_t *next1, int first,
-                                       float *out, int64_t ldo, __mmask16 mk1){
-#define F2(n) F_BY_KIND(f_tile2, n, pw0, pw1, kc, x, ldx, next0, next1, first, out, ldo, mk1)
+                                       int64_t kc, const float *x, const uint8_t *next0,
+                                       const uint8_t *next1, int first, float *out, int64_t ldo,
+                                       __mmask16 mk1){
+#define F2(n) F_BY_KIND(f_tile2, n, pw0, pw1, kc, x, next0, next1, first, out, ldo, mk1)
     QUANT_NC_CASES(F2)
 #undef F2
 }
@@ -216,14 +227,18 @@ AF_TARGET_AVX512 static void f32_dot1(const uint8_t *pg, int64_t k, const float 
     _mm512_mask_storeu_ps(out, mk, s);
 }
 
-/* Tokens [j0, j0 + nt) of X (F16 or BF16 rows, xbytes apart), elements [k0, k0 + kc), as F32
+/* Tokens [j0, j0 + nt) of X (rows of the kind, xbytes apart), elements [k0, k0 + kc), as F32
  * into xf[t * F_KC + i] (exact). */
 AF_TARGET_AVX512 static void f_convert(int kind, const uint8_t *X, size_t xbytes, int64_t j0,
                                        int64_t nt, int64_t k0, int64_t kc, float *xf)
 {
     for (int64_t t = 0; t < nt; t++) {
-        const uint16_t *h = (const uint16_t *)(X + (size_t)(j0 + t) * xbytes) + k0;
         float *d = xf + t * F_KC;
+        if (kind == K_F32) {
+            memcpy(d, (const float *)(X + (size_t)(j0 + t) * xbytes) + k0, (size_t)kc * sizeof *d);
+            continue;
+        }
+        const uint16_t *h = (const uint16_t *)(X + (size_t)(j0 + t) * xbytes) + k0;
         int64_t i = 0;
         for (; i + 16 <= kc; i += 16) {
             const __m256i v = _mm256_loadu_si256((const __m256i *)(h + i));
@@ -237,9 +252,8 @@ AF_TARGET_AVX512 static void f_convert(int kind, const uint8_t *X, size_t xbytes
 }
 
 /* out[j * ldo + r] = W row r . X row j for r in [r0, r1) (r0 a multiple of 16), j < m. Loop
- * order: k chunk, then token block (F_XT tokens, converted once for the halves; F32 reads X in
- * place), then group, then F_TC tokens at a time, so a group's chunk stays in L1 while the
- * block's tokens pass over it. */
+ * order: k chunk, then token block (F_XT tokens, converted or copied once), then group, then F_TC
+ * tokens at a time, so a group's chunk stays in L1 while the block's tokens pass over it. */
 AF_TARGET_AVX512 static void f_matmul(int kind, const void *P, int64_t k, const void *X,
                                       size_t xbytes, int64_t m, float *out, int64_t ldo, int64_t r0,
                                       int64_t r1)
@@ -255,26 +269,21 @@ AF_TARGET_AVX512 static void f_matmul(int kind, const void *P, int64_t k, const 
         }
         return;
     }
-    /* the halves' token block as F32: per thread, as calls run on every worker at once */
+    /* the token block as F32: per thread, as calls run on every worker at once */
     static _Thread_local float xf[F_XT * F_KC] __attribute__((aligned(64)));
     const int64_t kcmax = kind == K_F32 ? F_KC / 2 : F_KC;
-    /* a batch of more than 16 (prefill) takes two groups x 8 tokens a tile: fewer loads per FMA
-     * (bench/quant F32 -m 512: 84-92 GFLOP/s with f_tile alone, 99-102 with pairs) */
-    const int pair_tiles = m > 16;
+    /* An F32 batch of more than 16 (prefill) takes two groups x 8 tokens a tile: fewer loads
+     * per FMA (bench/quant F32 -m 512: 84-92 GFLOP/s with one group x 16, 99-102 with pairs).
+     * The halves keep one group x 16, one conversion per 16 FMAs (F16 -m 512: 103-105 against
+     * 90 with pairs). */
+    const int pair_tiles = m > 16 && kind == K_F32;
     for (int64_t k0 = 0; k0 < k; k0 += kcmax) {
         const int64_t kc = k - k0 < kcmax ? k - k0 : kcmax;
         for (int64_t j0 = 0; j0 < m; j0 += F_XT) {
             const int64_t nt = m - j0 < F_XT ? m - j0 : F_XT;
-            const float *xb;
-            int64_t ldx;
-            if (kind == K_F32) {
-                xb = (const float *)(Xb + (size_t)j0 * xbytes) + k0;
-                ldx = (int64_t)(xbytes / sizeof(float));
-            } else {
-                f_convert(kind, Xb, xbytes, j0, nt, k0, kc, xf);
-                xb = xf;
-                ldx = F_KC;
-            }
+            /* a constant stride (F_KC) lets the tiles address the tokens with displacements */
+            f_convert(kind, Xb, xbytes, j0, nt, k0, kc, xf);
+            const float *xb = xf;
             for (int64_t r = r0; r < r1;) {
                 const int nr = r1 - r < 16 ? (int)(r1 - r) : 16;
                 const __mmask16 mk = (__mmask16)(nr == 16 ? 0xFFFF : (1u << nr) - 1);
@@ -286,7 +295,7 @@ AF_TARGET_AVX512 static void f_matmul(int kind, const void *P, int64_t k, const 
                     for (int64_t c0 = 0; c0 < nt; c0 += F_TC) {
                         const int nc = nt - c0 < F_TC ? (int)(nt - c0) : F_TC;
                         const int pf = j0 + c0 == 0; /* the next pair, once per chunk */
-                        f_tile2_n(kind, nc, pw, pw + gbytes, kc, xb + c0 * ldx, ldx,
+                        f_tile2_n(kind, nc, pw, pw + gbytes, kc, xb + c0 * F_KC,
                                   pf ? pw + 2 * gbytes : NULL, pf ? pw + 3 * gbytes : NULL, k0 == 0,
                                   out + (j0 + c0) * ldo + r, ldo, mk1);
                     }
@@ -297,10 +306,10 @@ AF_TARGET_AVX512 static void f_matmul(int kind, const void *P, int64_t k, const 
                 const uint8_t *next = pw + gbytes;
                 const int64_t rg = r;
                 r += 16;
-                for (int64_t c0 = 0; c0 < nt; c0 += F_TC) {
-                    const int nc = nt - c0 < F_TC ? (int)(nt - c0) : F_TC;
-                    f_tile_n(kind, nc, pw, kc, xb + c0 * ldx, ldx, j0 + c0 == 0 ? next : NULL,
-                             k0 == 0, out + (j0 + c0) * ldo + rg, ldo, mk);
+                for (int64_t c0 = 0; c0 < nt; c0 += 2 * F_TC) {
+                    const int nc = nt - c0 < 2 * F_TC ? (int)(nt - c0) : 2 * F_TC;
+                    f_tile_n(kind, nc, pw, kc, xb + c0 * F_KC, j0 + c0 == 0 ? next : NULL, k0 == 0,
+                             out + (j0 + c0) * ldo + rg, ldo, mk);
                 }
             }
         }
