@@ -709,6 +709,107 @@ static void test_packed_matmul(void **state)
     assert_int_equal(quant_set_isa("auto"), 0);
 }
 
+/* The error bound of the opt-in F16 integer kernels (quant_avx512_f16i.c): per block of 32,
+ * each factor is off by at most half its block's step (the weight's amax / 8191 rounded up to a
+ * BF16, at most 2^-7 more; the token's amax / 8191). fw / fx: the row and the token as F32. */
+static double f16i_bound(const float *fw, const float *fx, int64_t k)
+{
+    double e = 0;
+    for (int64_t b = 0; b < k; b += 32) {
+        const int64_t n = k - b < 32 ? k - b : 32;
+        double aw = 0, ax = 0, sw = 0, sx = 0;
+        for (int64_t i = b; i < b + n; i++) {
+            aw = fmax(aw, fabs(fw[i]));
+            ax = fmax(ax, fabs(fx[i]));
+            sw += fabs(fw[i]);
+            sx += fabs(fx[i]);
+        }
+        const double hw = aw / 8191 * (1 + 1.0 / 128) / 2, hx = ax / 8191 / 2;
+        e += hw * sx + hx * sw + (double)n * hw * hx;
+    }
+    return e;
+}
+
+/* AGENTFLOW_F16=int: every output within f16i_bound of the exact product of the F16 values; the
+ * same bits whatever the batch size (a lone token included), token offset or row split, packed
+ * or not; and switching back restores the exact kernels' packed form. k = 1, 37, 179 and 4867
+ * leave partial blocks, 4867 crosses k chunks; m = 37 leaves partial tiles, 67 crosses a token
+ * block; 37 rows leave a partial group. */
+static void test_f16_int(void **state)
+{
+    (void)state;
+    if (quant_set_isa("avx512") != 0) {
+        printf("AVX-512 VNNI not available on this CPU: skipping\n");
+        skip();
+    }
+    const uint32_t t = GGML_TYPE_F16;
+    const int64_t rows = 37, float_bytes = (int64_t)quant_packed_bytes(t, rows, 64);
+    assert_int_equal(quant_set_f16_int(1), 1);
+    static const int64_t ks[] = {1, 37, 64, 179, 4867};
+    static const int64_t ms[] = {37, 67};
+    struct rng r = {0xf16};
+    for (size_t ki = 0; ki < sizeof ks / sizeof ks[0]; ki++)
+        for (size_t mi = 0; mi < sizeof ms / sizeof ms[0]; mi++) {
+            const int64_t k = ks[ki], m = ms[mi];
+            float *fw = rand_vec(&r, rows * k, 0.05f), *fx = rand_vec(&r, m * k, 1.0f);
+            uint8_t *W = quantize_rows(t, fw, rows, k), *X = prepare_rows(t, fx, m, k);
+            const size_t wb = quant_row_bytes(t, k), xb = wb;
+            const int64_t cuts[] = {0, 2, 19, m}; /* batches of 2, 17 and the rest */
+            float *full = matmul_split_equal(t, W, X, k, rows, m, cuts, 7);
+            float *wr = malloc((size_t)k * sizeof *wr), *xr = malloc((size_t)k * sizeof *xr);
+            float *pk = malloc((size_t)(rows * m) * sizeof *pk), one[37];
+            assert_non_null(wr);
+            assert_non_null(xr);
+            assert_non_null(pk);
+            for (int64_t j = 0; j < m; j++)
+                for (int64_t i = 0; i < rows; i++) {
+                    quant_dequantize_row(t, W + (size_t)i * wb, wr, k);
+                    quant_dequantize_row(t, X + (size_t)j * xb, xr, k);
+                    double exact = 0;
+                    for (int64_t e = 0; e < k; e++)
+                        exact += (double)wr[e] * (double)xr[e];
+                    const double got = full[j * rows + i];
+                    if (fabs(got - exact) > f16i_bound(wr, xr, k) + 1e-6 * fabs(exact))
+                        fail_msg("F16 int k=%lld row %lld tok %lld: %.9g, exact %.9g", (long long)k,
+                                 (long long)i, (long long)j, got, exact);
+                }
+            /* a lone token (the first, the sixth) has its batch bits */
+            for (int64_t j = 0; j < 6; j += 5) {
+                quant_matmul(t, W, k, X + (size_t)j * xb, 1, one, rows, 0, rows);
+                assert_memory_equal(one, full + j * rows, sizeof one);
+            }
+            /* packed: the row-major bits, rows split at a group */
+            const size_t pbytes = quant_packed_bytes(t, rows, k);
+            assert_int_equal(pbytes, (size_t)3 * (size_t)((k + 63) / 64) * 2112);
+            uint8_t *P = aligned_alloc(64, (pbytes + 63) / 64 * 64);
+            assert_non_null(P);
+            quant_pack(t, W, rows, k, P);
+            for (int64_t mm = 1; mm <= m; mm += m - 1) {
+                memset(pk, 0xff, (size_t)(rows * mm) * sizeof *pk);
+                assert_int_equal(quant_matmul_packed(t, P, rows, k, X, mm, pk, rows, 0, 16), 0);
+                assert_int_equal(quant_matmul_packed(t, P, rows, k, X, mm, pk, rows, 16, rows), 0);
+                assert_memory_equal(pk, full, (size_t)(rows * mm) * sizeof *pk);
+            }
+            free(P);
+            free(pk);
+            free(wr);
+            free(xr);
+            free(fw);
+            free(fx);
+            free(W);
+            free(X);
+            free(full);
+        }
+    assert_true(quant_matmul_m1_invariant(t));
+    assert_int_equal(quant_set_f16_int(0), 0);
+    assert_int_equal((int64_t)quant_packed_bytes(t, rows, 64), float_bytes);
+    assert_false(quant_matmul_m1_invariant(t));
+    assert_int_equal(quant_set_isa("avx2"), 0);
+    assert_int_equal(quant_set_f16_int(1), 0); /* no AVX-512 table: the float kernels */
+    assert_int_equal(quant_set_f16_int(0), 0);
+    assert_int_equal(quant_set_isa("auto"), 0);
+}
+
 /* The AVX2 K-quant prefill (1 row x 4 tokens, in token blocks that fit L2): the same bits
  * whatever the batch size (2+) or token offset. k = 29 blocks of 256 makes blocks of 20
  * tokens, so m = 45 crosses two block edges and leaves a partial tile. */
@@ -1058,7 +1159,8 @@ int main(void)
         cmocka_unit_test(test_oracle_kquants),     cmocka_unit_test(test_prefill_tiles_32),
         cmocka_unit_test(test_prefill_gemm_float), cmocka_unit_test(test_prefill_gemm_float_avx512),
         cmocka_unit_test(test_prefill_tiles_k),    cmocka_unit_test(test_avx512_batch_invariant),
-        cmocka_unit_test(test_packed_matmul),      cmocka_unit_test(test_avx512_act_bytes),
+        cmocka_unit_test(test_packed_matmul),      cmocka_unit_test(test_f16_int),
+        cmocka_unit_test(test_avx512_act_bytes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -151,5 +151,11 @@ quant_scale_fn quant_scale_kernel(void);
 int quant_set_isa(const char *name);
 /* The ISA in use now. Static string. */
 const char *quant_isa(void);
+/* F16 weights as 14-bit integers (on: 1) where the AVX-512 table is in use: prefill about 1.4x
+ * the exact F16 kernels', logits about 1e-3 off theirs (quant_avx512_f16i.c). Off by default;
+ * the environment's AGENTFLOW_F16=int turns it on at start. A weight packed in one mode must be
+ * read in it: set it before loading a model. Returns 1 when the integer kernels are in use.
+ * Not thread-safe, as quant_set_isa. */
+int quant_set_f16_int(int on);
 
 #endif

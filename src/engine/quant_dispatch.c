@@ -4,6 +4,7 @@
  * public vec_dot / matmul entry points.
  */
 #include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "engine/quant.h"
@@ -11,6 +12,7 @@
 
 static struct quant_kernels active;
 static pthread_once_t active_once = PTHREAD_ONCE_INIT;
+static int f16_int; /* quant_set_f16_int */
 
 /* active = ref, overlaid by each table in `layers` (lowest first). */
 static void merge(const struct quant_kernels *const *layers, int n)
@@ -47,6 +49,12 @@ static void merge(const struct quant_kernels *const *layers, int n)
             k.act_q8_k = layers[i]->act_q8_k;
         k.name = layers[i]->name;
     }
+    if (f16_int && k.name && !strcmp(k.name, "avx512")) {
+        k.pack[GGML_TYPE_F16] = quant_avx512_pack_f16i;
+        k.matmul_packed[GGML_TYPE_F16] = quant_avx512_matmul_packed_f16i;
+        k.matmul[GGML_TYPE_F16] = quant_avx512_matmul_f16i;
+        k.m1_invariant[GGML_TYPE_F16] = 1;
+    }
     active = k;
 }
 
@@ -81,6 +89,8 @@ static int select_isa(const char *name)
 
 static void init_auto(void)
 {
+    const char *f16 = getenv("AGENTFLOW_F16");
+    f16_int = f16 && !strcmp(f16, "int");
     (void)select_isa("auto");
 }
 
@@ -101,6 +111,14 @@ int quant_set_isa(const char *name)
 const char *quant_isa(void)
 {
     return kernels()->name;
+}
+
+int quant_set_f16_int(int on)
+{
+    kernels();
+    f16_int = on != 0;
+    (void)select_isa(active.name);
+    return active.matmul[GGML_TYPE_F16] == quant_avx512_matmul_f16i;
 }
 
 void quant_axpy(int64_t n, float a, const float *x, float *y)

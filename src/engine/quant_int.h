@@ -203,6 +203,15 @@ void quant_avx512_matmul_packed_f16(const void *P, int64_t rows, int64_t k, cons
                                     size_t xbytes, int64_t m, float *out, int64_t ldo, int64_t r0,
                                     int64_t r1);
 
+/* F16 as 14-bit integers in blocks of 32 (quant_avx512_f16i.c, opt-in: quant_set_f16_int): its
+ * packed form and matmul, and the row-major matmul with the same bits (it packs on the fly). */
+size_t quant_avx512_pack_f16i(const void *W, size_t wbytes, int64_t rows, int64_t k, void *out);
+void quant_avx512_matmul_packed_f16i(const void *P, int64_t rows, int64_t k, const void *X,
+                                     size_t xbytes, int64_t m, float *out, int64_t ldo, int64_t r0,
+                                     int64_t r1);
+void quant_avx512_matmul_f16i(const void *W, size_t wbytes, int64_t k, const void *X, size_t xbytes,
+                              int64_t m, float *out, int64_t ldo, int64_t r0, int64_t r1);
+
 /* The AVX-512 Q4_K / Q5_K / Q6_K kernels with 16 rows in the lanes (quant_avx512_k.c): one chain
  * per output for every batch size, the vec_dot included. */
 size_t quant_avx512_pack_q4_k(const void *W, size_t wbytes, int64_t rows, int64_t k, void *out);
