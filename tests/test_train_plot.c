@@ -292,12 +292,13 @@ static char *metrics_text(int n_steps, int with_val)
             "{\"step\":%d,\"reward_mean\":%.3f,\"accuracy\":%.3f,\"degenerate_frac\":0.5,"
             "\"kl\":%g,\"clip_frac_low\":0.0,\"clip_frac_high\":0.0,\"entropy\":%.2f,"
             "\"loss\":0.01,\"grad_norm\":0.3,\"lr\":1e-5,\"turns_mean\":%.1f,\"turns_max\":%d,"
-            "\"tool_error_rate\":%.2f,\"trajectories\":4,\"turns\":8,\"tool_use\":{"
+            "\"tool_error_rate\":%.2f,\"tokens_per_turn\":%.1f,\"trajectories\":4,\"turns\":8,"
+            "\"tool_use\":{"
             "\"Python_Code_Generator_Tool\":6,\"Wikipedia_Search_Tool\":3,"
             "\"<img src=x onerror=alert(1)>\":1},\"rollout_tok_s\":1789.2,"
             "\"phase_s\":{\"rollout\":23.3,\"backward\":5.9},\"optimizer_steps\":1",
             s, 0.05 * s, 0.04 * s, 1e-4 * s, 5.5 - 0.01 * s, 2.0 + 0.1 * s, 3 + s % 2,
-            0.5 - 0.02 * s);
+            0.5 - 0.02 * s, 40.0 + s);
         if (with_val && s % 4 == 0)
             (void)af_buf_printf(&b, ",\"val_accuracy\":%.2f", 0.25 + 0.05 * s);
         (void)af_buf_puts(&b, "}\n");
@@ -305,9 +306,9 @@ static char *metrics_text(int n_steps, int with_val)
     return af_buf_detach(&b);
 }
 
-static const char *const chart_files[] = {"reward.svg",  "val_accuracy.svg", "kl.svg",
-                                          "entropy.svg", "turns.svg",        "tool_error_rate.svg",
-                                          "tool_mix.svg"};
+static const char *const chart_files[] = {
+    "reward.svg",          "val_accuracy.svg",    "kl.svg",      "entropy.svg", "turns.svg",
+    "tool_error_rate.svg", "response_length.svg", "tool_mix.svg"};
 #define N_CHARTS (sizeof chart_files / sizeof chart_files[0])
 
 /* No temporary file of the atomic writes is left in dir. */
@@ -406,10 +407,14 @@ static void test_plot_end_to_end(void **state)
     }
     char *html = read_file(dir, "curves.html");
     assert_int_equal(count_of(html, "<svg"), N_CHARTS);
-    const char *titles[] = {
-        ">Reward</h2>",  ">Validation accuracy</h2>",  ">KL to the reference</h2>",
-        ">Entropy</h2>", ">Turns per trajectory</h2>", ">Tool-call error rate</h2>",
-        ">Tool mix</h2>"};
+    const char *titles[] = {">Reward</h2>",
+                            ">Validation accuracy</h2>",
+                            ">KL to the reference</h2>",
+                            ">Entropy</h2>",
+                            ">Turns per trajectory</h2>",
+                            ">Tool-call error rate</h2>",
+                            ">Response length</h2>",
+                            ">Tool mix</h2>"};
     for (size_t k = 0; k < N_CHARTS; k++)
         assert_true(contains(html, titles[k]));
     /* the tool mix names each tool, the hostile one escaped */

@@ -39,6 +39,7 @@ enum plot_metric {
     PM_TURNS_MEAN,
     PM_TURNS_MAX,
     PM_TOOL_ERR,
+    PM_RESP_LEN,
     PM_LOSS,
     PM_LR,
     PM_GRAD,
@@ -49,8 +50,9 @@ enum plot_metric {
 #define PLOT_AVG 100
 
 static const char *const plot_keys[PM_COUNT] = {
-    "reward_mean", "accuracy",        "val_accuracy", "kl", "entropy",   "turns_mean",
-    "turns_max",   "tool_error_rate", "loss",         "lr", "grad_norm", "loss_mean_100"};
+    "reward_mean",  "accuracy",        "val_accuracy",    "kl",   "entropy", "turns_mean",
+    "turns_max",    "tool_error_rate", "tokens_per_turn", "loss", "lr",      "grad_norm",
+    "loss_mean_100"};
 
 struct plot_row {
     int64_t step;
@@ -86,6 +88,7 @@ static void plot_usage(FILE *f)
                "  RUN/kl.svg, RUN/entropy.svg\n"
                "  RUN/turns.svg            turns_mean and turns_max per trajectory\n"
                "  RUN/tool_error_rate.svg  failed tool calls / tool calls\n"
+               "  RUN/response_length.svg  the planner's tokens per turn (tokens_per_turn)\n"
                "  RUN/tool_mix.svg         each tool's share of the tool calls\n"
                "or, for a train sft run (a log with a loss and no reward):\n"
                "  RUN/loss.svg             loss per step and its mean over the last 100 steps\n"
@@ -344,6 +347,7 @@ static const struct plot_chart plot_charts[] = {
     {"entropy", "Entropy", "nats per token", {PM_ENTROPY, -1}, 0, 0},
     {"turns", "Turns per trajectory", "turns", {PM_TURNS_MEAN, PM_TURNS_MAX}, 0, 0},
     {"tool_error_rate", "Tool-call error rate", "failed / calls", {PM_TOOL_ERR, -1}, 0, 1},
+    {"response_length", "Response length", "tokens per planner turn", {PM_RESP_LEN, -1}, 0, 0},
     {"tool_mix", "Tool mix", "share of calls", {-1, -1}, 0, 1},
 };
 #define PLOT_N_CHARTS (sizeof plot_charts / sizeof plot_charts[0])
