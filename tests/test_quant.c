@@ -441,29 +441,36 @@ static void test_oracle_kquants(void **state)
     assert_true((double)same_d >= 0.99 * (double)blocks[GGML_TYPE_Q6_K]);
 }
 
-/* Plain C twin of the prefill tiles' arithmetic (ggml's AVX2 vec_dot order): per block 8 lanes
- * of exact 4-byte integer dots, lane += (dw * dx) * lane-dot as one fma, hsum8 at the end. */
-static float dot_ggml_order(uint32_t t, int64_t k, const uint8_t *w, const uint8_t *x)
+/* The chain of the AVX-512 and AVX2 kernels for the 32-blocks, in scalar C: per block the exact
+ * integer sum of the 32 products, then acc = fma(dw * dx, isum, acc) from +0. */
+static float dot_block_order(uint32_t t, int64_t k, const uint8_t *w, const uint8_t *x)
 {
     const size_t wbb = quant_block_bytes(t), xbb = quant_block_bytes(GGML_TYPE_Q8_0);
-    float acc[8] = {0};
+    float acc = 0.0f;
     for (int64_t b = 0; b < k / 32; b++) {
         const uint8_t *wb = w + (size_t)b * wbb, *xb = x + (size_t)b * xbb;
         uint16_t hw, hx;
         memcpy(&hw, wb, 2);
         memcpy(&hx, xb, 2);
-        const float d = quant_f16_to_f32(hw) * quant_f16_to_f32(hx);
-        for (int l = 0; l < 8; l++) {
-            int32_t p = 0;
-            for (int i = 4 * l; i < 4 * l + 4; i++) {
-                int q = t == GGML_TYPE_Q8_0 ? (int8_t)wb[2 + i]
-                                            : (i < 16 ? wb[2 + i] & 15 : wb[2 + i - 16] >> 4) - 8;
-                p += q * (int8_t)xb[2 + i];
+        uint32_t qh = 0;
+        if (t == GGML_TYPE_Q5_0)
+            memcpy(&qh, wb + 2, 4);
+        const uint8_t *qs = wb + (t == GGML_TYPE_Q5_0 ? 6 : 2);
+        int32_t p = 0;
+        for (int i = 0; i < 32; i++) {
+            int q;
+            if (t == GGML_TYPE_Q8_0)
+                q = (int8_t)qs[i];
+            else {
+                q = i < 16 ? qs[i] & 15 : qs[i - 16] >> 4;
+                q += t == GGML_TYPE_Q5_0 ? (int)((qh >> i) & 1u) * 16 - 16 : -8;
             }
-            acc[l] = fmaf(d, (float)p, acc[l]);
+            p += q * (int8_t)xb[2 + i];
         }
+        const float d = quant_f16_to_f32(hw) * quant_f16_to_f32(hx);
+        acc = fmaf(d, (float)p, acc);
     }
-    return ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]));
+    return acc;
 }
 
 /* quant_matmul of m tokens x `rows` rows at once, then again in the token batches
@@ -487,39 +494,76 @@ static float *matmul_split_equal(uint32_t t, const uint8_t *W, const uint8_t *X,
     return full;
 }
 
-/* The AVX2 prefill matmul of the 32-blocks: bit-equal to the twin above (Q8_0, Q4_0), and for
- * every type the same bits whatever the batch size (2+), token offset or row split. k = 130
- * blocks crosses the k-chunk boundary, m = 67 the token-chunk one, 7 rows the row tiles. */
-static void test_prefill_tiles_32(void **state)
+/* The AVX2 kernels of the 32-blocks (quant_avx2_r8.c), Q8_0, Q4_0 and Q5_0: every output of the
+ * matmul and the vec_dot has the bits of the scalar twin above, whatever the batch size (a lone
+ * token included), token offset or row split; the packed form gives the row-major bits, and so
+ * do the AVX-512 kernels where the CPU has them. k = 130 blocks crosses the on-the-fly k chunks,
+ * m = 67 the token chunk; 37 rows end in a partial group and a partial half. */
+static void test_avx2_r8(void **state)
 {
     (void)state;
     if (quant_set_isa("avx2") != 0)
         skip();
     static const uint32_t types[] = {GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_Q5_0};
-    const int64_t k = 130 * 32, rows = 7, m = 67;
+    static const int64_t nbs[] = {1, 5, 130};
+    static const int64_t ms[] = {1, 2, 3, 5, 8, 67};
+    const int64_t rows = 37, m = 67;
     struct rng r = {0x5eed};
-    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
-        const uint32_t t = types[ti];
-        float *fw = rand_vec(&r, rows * k, 0.05f), *fx = rand_vec(&r, m * k, 1.0f);
-        uint8_t *W = quantize_rows(t, fw, rows, k), *X = prepare_rows(t, fx, m, k);
-        const size_t xb = quant_row_bytes(GGML_TYPE_Q8_0, k);
-        /* tokens in batches of 2, 3 and 62; rows split 0..3 / 3..7 */
-        static const int64_t cuts[] = {0, 2, 5, 67};
-        float *full = matmul_split_equal(t, W, X, k, rows, m, cuts, 3);
-        for (int64_t j = 0; j < m && t != GGML_TYPE_Q5_0; j++)
-            for (int64_t i = 0; i < rows; i++) {
-                float want =
-                    dot_ggml_order(t, k, W + (size_t)i * quant_row_bytes(t, k), X + (size_t)j * xb);
-                if (memcmp(&want, &full[j * rows + i], sizeof want))
-                    fail_msg("%s row %lld tok %lld: %.9g, twin %.9g", quant_type_name(t),
-                             (long long)i, (long long)j, (double)full[j * rows + i], (double)want);
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++)
+        for (size_t ki = 0; ki < sizeof nbs / sizeof nbs[0]; ki++) {
+            const uint32_t t = types[ti];
+            const int64_t k = 32 * nbs[ki];
+            assert_int_equal(quant_set_isa("avx2"), 0);
+            assert_true(quant_matmul_m1_invariant(t));
+            float *fw = rand_vec(&r, rows * k, 0.05f), *fx = rand_vec(&r, m * k, 1.0f);
+            uint8_t *W = quantize_rows(t, fw, rows, k), *X = prepare_rows(t, fx, m, k);
+            const size_t xb = quant_row_bytes(GGML_TYPE_Q8_0, k), wb = quant_row_bytes(t, k);
+            /* tokens in batches of 2, 3 and 62; rows split 0..19 / 19..37 */
+            static const int64_t cuts[] = {0, 2, 5, 67};
+            float *full = matmul_split_equal(t, W, X, k, rows, m, cuts, 19);
+            for (int64_t j = 0; j < m; j++)
+                for (int64_t i = 0; i < rows; i++) {
+                    const float want =
+                        dot_block_order(t, k, W + (size_t)i * wb, X + (size_t)j * xb);
+                    const float dot = quant_vec_dot(t, k, W + (size_t)i * wb, X + (size_t)j * xb);
+                    if (memcmp(&want, &full[j * rows + i], sizeof want) ||
+                        memcmp(&want, &dot, sizeof want))
+                        fail_msg("%s k=%lld row %lld tok %lld: matmul %.9g, dot %.9g, twin %.9g",
+                                 quant_type_name(t), (long long)k, (long long)i, (long long)j,
+                                 (double)full[j * rows + i], (double)dot, (double)want);
+                }
+            const size_t pbytes = quant_packed_bytes(t, rows, k);
+            assert_int_equal(pbytes, (size_t)48 * wb);
+            uint8_t *P = aligned_alloc(64, (pbytes + 63) / 64 * 64);
+            float *pk = malloc((size_t)(rows * m) * sizeof *pk);
+            assert_non_null(P);
+            assert_non_null(pk);
+            quant_pack(t, W, rows, k, P);
+            for (size_t mi = 0; mi < sizeof ms / sizeof ms[0]; mi++) {
+                memset(pk, 0xff, (size_t)(rows * ms[mi]) * sizeof *pk);
+                assert_int_equal(quant_matmul_packed(t, P, rows, k, X, ms[mi], pk, rows, 0, 16), 0);
+                assert_int_equal(quant_matmul_packed(t, P, rows, k, X, ms[mi], pk, rows, 16, rows),
+                                 0);
+                for (int64_t j = 0; j < ms[mi]; j++)
+                    if (memcmp(pk + j * rows, full + j * rows, (size_t)rows * sizeof *pk))
+                        fail_msg("%s k=%lld m=%lld: the packed matmul's bits differ",
+                                 quant_type_name(t), (long long)k, (long long)ms[mi]);
             }
-        free(fw);
-        free(fx);
-        free(W);
-        free(X);
-        free(full);
-    }
+            if (quant_set_isa("avx512") == 0) {
+                float *o5 = malloc((size_t)(rows * m) * sizeof *o5);
+                assert_non_null(o5);
+                quant_matmul(t, W, k, X, m, o5, rows, 0, rows);
+                assert_memory_equal(o5, full, (size_t)(rows * m) * sizeof *o5);
+                free(o5);
+            }
+            free(fw);
+            free(fx);
+            free(W);
+            free(X);
+            free(P);
+            free(pk);
+            free(full);
+        }
     assert_int_equal(quant_set_isa("auto"), 0);
 }
 
@@ -694,9 +738,12 @@ static void test_packed_matmul(void **state)
                     fail_msg("%s k=%lld m=%lld: the packed matmul's bits differ",
                              quant_type_name(t), (long long)k, (long long)m);
             }
+            /* AVX2 packs the 32-blocks its own way (test_avx2_r8) and nothing else */
             assert_int_equal(quant_set_isa("avx2"), 0);
-            assert_int_equal(quant_packed_bytes(t, rows, k), 0);
-            assert_int_equal(quant_matmul_packed(t, P, rows, k, X, 1, pk, rows, 0, rows), -1);
+            if (quant_block_elems(t) != 32) {
+                assert_int_equal(quant_packed_bytes(t, rows, k), 0);
+                assert_int_equal(quant_matmul_packed(t, P, rows, k, X, 1, pk, rows, 0, rows), -1);
+            }
             free(fw);
             free(fx);
             free(W);
@@ -1156,7 +1203,7 @@ int main(void)
         cmocka_unit_test(test_axpy_isas),          cmocka_unit_test(test_scores_isas),
         cmocka_unit_test(test_exp_kernels),        cmocka_unit_test(test_avx512_vs_ref),
         cmocka_unit_test(test_oracle_q8_0),        cmocka_unit_test(test_oracle_q4_0),
-        cmocka_unit_test(test_oracle_kquants),     cmocka_unit_test(test_prefill_tiles_32),
+        cmocka_unit_test(test_oracle_kquants),     cmocka_unit_test(test_avx2_r8),
         cmocka_unit_test(test_prefill_gemm_float), cmocka_unit_test(test_prefill_gemm_float_avx512),
         cmocka_unit_test(test_prefill_tiles_k),    cmocka_unit_test(test_avx512_batch_invariant),
         cmocka_unit_test(test_packed_matmul),      cmocka_unit_test(test_f16_int),

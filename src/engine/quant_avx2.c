@@ -1,9 +1,8 @@
 /*
- * quant_avx2.c - AVX2 + FMA + F16C kernels: vec_dot for Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K,
- * Q5_K, Q6_K (the float types are in quant_avx2_float.c); prefill matmuls for Q8_0 / Q4_0 / Q5_0 on
- * packed 4-row panels (4 rows x 2 tokens register tiles, matmul_p32; the older 2 x 4 tile_32 is
- * kept for very long rows) and (1 row x 4 tokens, weights unpacked once per block) for Q4_K / Q5_K
- * / Q6_K.
+ * quant_avx2.c - AVX2 + FMA + F16C kernels: vec_dot for Q4_1, Q5_1, Q4_K, Q5_K, Q6_K, and
+ * prefill matmuls (1 row x 4 tokens, weights unpacked once per block) for Q4_K / Q5_K / Q6_K;
+ * the table of the AVX2 kernels, which takes the float types from quant_avx2_float.c and Q8_0 /
+ * Q4_0 / Q5_0 (8 rows in the lanes, a packed form) from quant_avx2_r8.c.
  *
  * Every function carries AF_TARGET_AVX2 (no per-file flags): the dispatcher only calls into this
  * file when __builtin_cpu_supports says the CPU has these extensions. Integer dots use the
@@ -58,14 +57,6 @@ AF_TARGET_AVX2 static inline __m256i dot_i8(__m256i w, __m256i x)
     return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
 }
 
-/* The 32 nibbles of a Q4_0 block as signed bytes in [-8, 7], element order. */
-AF_TARGET_AVX2 static inline __m256i unpack_q4_0(const uint8_t *qs)
-{
-    const __m128i t = _mm_loadu_si128((const __m128i *)qs);
-    const __m256i b = _mm256_set_m128i(_mm_srli_epi16(t, 4), t);
-    return _mm256_sub_epi8(_mm256_and_si256(b, _mm256_set1_epi8(0xF)), _mm256_set1_epi8(8));
-}
-
 /* 32 bits to 32 bytes of 0x00 / 0xFF. */
 AF_TARGET_AVX2 static inline __m256i bits_to_bytes(const uint8_t *p)
 {
@@ -78,66 +69,7 @@ AF_TARGET_AVX2 static inline __m256i bits_to_bytes(const uint8_t *p)
     return _mm256_cmpeq_epi8(b, _mm256_set1_epi64x(-1));
 }
 
-/* Q5_0: nibble | bit4 << 4, minus 16: [-16, 15]. */
-AF_TARGET_AVX2 static inline __m256i unpack_q5_0(const struct blk_q5_0 *b)
-{
-    const __m128i t = _mm_loadu_si128((const __m128i *)b->qs);
-    __m256i q = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(t, 4), t), _mm256_set1_epi8(0xF));
-    /* bytes where the high bit is 0 get -16 (0xF0 | q == q - 16) */
-    const __m256i hi0 = _mm256_andnot_si256(bits_to_bytes(b->qh), _mm256_set1_epi8((char)0xF0));
-    return _mm256_or_si256(q, hi0);
-}
-
 /* ---- 32-blocks against Q8_0 -------------------------------------------------------------- */
-
-AF_TARGET_AVX2 static float dot_q8_0(int64_t n, const void *w, const void *x)
-{
-    const struct blk_q8_0 *a = w, *b = x;
-    __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0;
-    int64_t nb = n / QK, i = 0;
-    for (; i + 2 <= nb; i += 2) {
-        const __m256 p0 = _mm256_cvtepi32_ps(dot_i8(load32(a[i].qs), load32(b[i].qs)));
-        const __m256 p1 = _mm256_cvtepi32_ps(dot_i8(load32(a[i + 1].qs), load32(b[i + 1].qs)));
-        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(h2f(a[i].d) * h2f(b[i].d)), p0, acc0);
-        acc1 = _mm256_fmadd_ps(_mm256_set1_ps(h2f(a[i + 1].d) * h2f(b[i + 1].d)), p1, acc1);
-    }
-    for (; i < nb; i++) {
-        const __m256 p0 = _mm256_cvtepi32_ps(dot_i8(load32(a[i].qs), load32(b[i].qs)));
-        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(h2f(a[i].d) * h2f(b[i].d)), p0, acc0);
-    }
-    return hsum8(_mm256_add_ps(acc0, acc1));
-}
-
-AF_TARGET_AVX2 static float dot_q4_0(int64_t n, const void *w, const void *x)
-{
-    const struct blk_q4_0 *a = w;
-    const struct blk_q8_0 *b = x;
-    __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0;
-    int64_t nb = n / QK, i = 0;
-    for (; i + 2 <= nb; i += 2) {
-        const __m256 p0 = _mm256_cvtepi32_ps(dot_i8(unpack_q4_0(a[i].qs), load32(b[i].qs)));
-        const __m256 p1 = _mm256_cvtepi32_ps(dot_i8(unpack_q4_0(a[i + 1].qs), load32(b[i + 1].qs)));
-        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(h2f(a[i].d) * h2f(b[i].d)), p0, acc0);
-        acc1 = _mm256_fmadd_ps(_mm256_set1_ps(h2f(a[i + 1].d) * h2f(b[i + 1].d)), p1, acc1);
-    }
-    for (; i < nb; i++) {
-        const __m256 p0 = _mm256_cvtepi32_ps(dot_i8(unpack_q4_0(a[i].qs), load32(b[i].qs)));
-        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(h2f(a[i].d) * h2f(b[i].d)), p0, acc0);
-    }
-    return hsum8(_mm256_add_ps(acc0, acc1));
-}
-
-AF_TARGET_AVX2 static float dot_q5_0(int64_t n, const void *w, const void *x)
-{
-    const struct blk_q5_0 *a = w;
-    const struct blk_q8_0 *b = x;
-    __m256 acc = _mm256_setzero_ps();
-    for (int64_t i = 0; i < n / QK; i++) {
-        const __m256 p = _mm256_cvtepi32_ps(dot_i8(unpack_q5_0(&a[i]), load32(b[i].qs)));
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(h2f(a[i].d) * h2f(b[i].d)), p, acc);
-    }
-    return hsum8(acc);
-}
 
 /* Q4_1 / Q5_1 (unsigned levels + min) against Q8_0: d*dy*sum(q*y) + m*dy*sum(y). */
 AF_TARGET_AVX2 static AF_INLINE float dot_x_1(int64_t n, const void *w, const void *x, int five)
@@ -179,299 +111,6 @@ AF_TARGET_AVX2 static float dot_q4_1(int64_t n, const void *w, const void *x)
 AF_TARGET_AVX2 static float dot_q5_1(int64_t n, const void *w, const void *x)
 {
     return dot_x_1(n, w, x, 1);
-}
-
-/* ---- tiled matmul for the 32-blocks: TILE_R weight rows x TILE_X tokens per register tile - */
-
-#ifndef TILE_R
-#define TILE_R 2
-#endif
-#ifndef TILE_X
-#define TILE_X 4
-#endif
-
-/* Weight block b of row w as signed bytes, and its scale. */
-AF_TARGET_AVX2 static AF_INLINE __m256i wblock(uint32_t t, const void *w, int64_t b, float *d)
-{
-    if (t == GGML_TYPE_Q8_0) {
-        const struct blk_q8_0 *p = (const struct blk_q8_0 *)w + b;
-        *d = h2f(p->d);
-        return load32(p->qs);
-    }
-    if (t == GGML_TYPE_Q4_0) {
-        const struct blk_q4_0 *p = (const struct blk_q4_0 *)w + b;
-        *d = h2f(p->d);
-        return unpack_q4_0(p->qs);
-    }
-    const struct blk_q5_0 *p = (const struct blk_q5_0 *)w + b;
-    *d = h2f(p->d);
-    return unpack_q5_0(p);
-}
-
-/* out[c * ldo + r] for nr rows of w (wbytes apart) and nx tokens of x; nr <= TILE_R and
- * nx <= TILE_X are constants at every call, so the loops unroll into registers. */
-AF_TARGET_AVX2 static AF_INLINE void tile_32(uint32_t t, int nr, int nx, const uint8_t *w,
-                                             size_t wbytes, int64_t nb, const uint8_t *x,
-                                             size_t xbytes, float *out, int64_t ldo)
-{
-    __m256 acc[TILE_R][TILE_X];
-    for (int r = 0; r < nr; r++)
-        for (int c = 0; c < nx; c++)
-            acc[r][c] = _mm256_setzero_ps();
-    for (int64_t b = 0; b < nb; b++) {
-        __m256i q[TILE_R], aq[TILE_R];
-        __m256 dwv[TILE_R];
-        for (int r = 0; r < nr; r++) {
-            float dw;
-            q[r] = wblock(t, w + (size_t)r * wbytes, b, &dw);
-            aq[r] = _mm256_sign_epi8(q[r], q[r]);
-            dwv[r] = _mm256_set1_ps(dw);
-        }
-        for (int c = 0; c < nx; c++) {
-            const struct blk_q8_0 *xb = (const struct blk_q8_0 *)(x + (size_t)c * xbytes) + b;
-            const __m256i y = load32(xb->qs);
-            const __m256 dxv = _mm256_set1_ps(h2f(xb->d));
-            for (int r = 0; r < nr; r++) {
-                __m256i p = _mm256_maddubs_epi16(aq[r], _mm256_sign_epi8(y, q[r]));
-                p = _mm256_madd_epi16(p, _mm256_set1_epi16(1));
-                acc[r][c] =
-                    _mm256_fmadd_ps(_mm256_mul_ps(dwv[r], dxv), _mm256_cvtepi32_ps(p), acc[r][c]);
-            }
-        }
-    }
-    for (int r = 0; r < nr; r++)
-        for (int c = 0; c < nx; c++)
-            out[c * ldo + r] = hsum8(acc[r][c]);
-}
-
-/* Row groups of TILE_R (then single rows) x token groups of TILE_X (then single tokens). The
- * weight rows of a group stay in L1 while every token passes over them. */
-AF_TARGET_AVX2 static AF_INLINE void matmul_32(uint32_t t, const void *W, size_t wbytes, int64_t k,
-                                               const void *X, size_t xbytes, int64_t m, float *out,
-                                               int64_t ldo, int64_t r0, int64_t r1)
-{
-    const uint8_t *Wb = W, *Xb = X;
-    const int64_t nb = k / QK;
-    int64_t r = r0;
-    for (; r + TILE_R <= r1; r += TILE_R) {
-        const uint8_t *w = Wb + (size_t)r * wbytes;
-        int64_t j = 0;
-        for (; j + TILE_X <= m; j += TILE_X)
-            tile_32(t, TILE_R, TILE_X, w, wbytes, nb, Xb + (size_t)j * xbytes, xbytes,
-                    out + j * ldo + r, ldo);
-        for (; j < m; j++)
-            tile_32(t, TILE_R, 1, w, wbytes, nb, Xb + (size_t)j * xbytes, xbytes, out + j * ldo + r,
-                    ldo);
-    }
-    for (; r < r1; r++) {
-        const uint8_t *w = Wb + (size_t)r * wbytes;
-        int64_t j = 0;
-        for (; j + TILE_X <= m; j += TILE_X)
-            tile_32(t, 1, TILE_X, w, wbytes, nb, Xb + (size_t)j * xbytes, xbytes, out + j * ldo + r,
-                    ldo);
-        for (; j < m; j++)
-            tile_32(t, 1, 1, w, wbytes, nb, Xb + (size_t)j * xbytes, xbytes, out + j * ldo + r,
-                    ldo);
-    }
-}
-
-/* ---- packed prefill matmul for the 32-blocks ---------------------------------------------
- * The same arithmetic per (row, token) pair as tile_32 (and ggml's AVX2 vec_dot): per block,
- * 8 int32 lanes of exact integer dots, one fma by the float product dw * dx into 8 float lanes,
- * hsum8 at the end. What changes is the work around it:
- *  - P32_R weight rows are unpacked once per (row group, token chunk, k-chunk) into signed
- *    bytes plus float scales, so Q4_0 / Q5_0 unpacking and fp16 conversion leave the tile;
- *  - activation scales are converted to float once per token chunk;
- *  - the R x C scale products of a block are computed 4 at a time before the tile and
- *    broadcast from memory, so the tile's inner step is sign, maddubs, madd, cvt, fma;
- *  - rows longer than P32_KC blocks are done in k-chunks, accumulators parked in memory
- *    between chunks (an exact store / reload: the float order is unchanged). */
-
-#ifndef P32_R
-#define P32_R 4
-#endif
-#ifndef P32_C
-#define P32_C 2
-#endif
-#define P32_KC 128    /* blocks per k-chunk: the packed rows (16 KiB) stay in L1 */
-#define P32_DX 6144   /* activation scales per token chunk (24 KiB; the chunk's rows ~L2) */
-#define P32_TC_MAX 64 /* tokens per chunk */
-
-struct p32_scratch {
-    int8_t qs[P32_KC][P32_R][QK] __attribute__((aligned(32)));
-    float dw[P32_KC][P32_R];
-    float sc[P32_KC][P32_R * P32_C];
-    float dx[P32_DX];
-    __m256 acc[P32_TC_MAX / P32_C + 1][P32_R * P32_C];
-};
-
-/* Rows w (nr of them, wbytes apart), blocks [kb0, kb0 + kc), into s->qs / s->dw. */
-AF_TARGET_AVX2 static AF_INLINE void p32_pack(uint32_t t, int nr, const uint8_t *w, size_t wbytes,
-                                              int64_t kb0, int64_t kc, struct p32_scratch *s)
-{
-    for (int r = 0; r < nr; r++) {
-        const uint8_t *wr = w + (size_t)r * wbytes;
-        for (int64_t b = 0; b < kc; b++) {
-            float d;
-            _mm256_store_si256((__m256i *)s->qs[b][r], wblock(t, wr, kb0 + b, &d));
-            s->dw[b][r] = d;
-        }
-    }
-    for (int r = nr; r < P32_R; r++)
-        for (int64_t b = 0; b < kc; b++)
-            s->dw[b][r] = 0.0f;
-}
-
-/* One register tile: nr packed rows x nc tokens (x: the first token's row), blocks [kb0,
- * kb0 + kc) of nb. acc: this tile's parking slot; first / last: the k-chunk's position. */
-AF_TARGET_AVX2 static AF_INLINE void p32_tile(int nr, int nc, struct p32_scratch *s, int64_t kb0,
-                                              int64_t kc, int64_t nb, const uint8_t *x,
-                                              size_t xbytes, const float *dx, __m256 *park,
-                                              int first, int last, float *out, int64_t ldo)
-{
-    /* scale products, 4 rows at a time: sc[b][c * R + r] = dw[b][r] * dx[c][b] */
-    for (int64_t b = 0; b < kc; b++)
-        for (int c = 0; c < nc; c++) {
-            const __m128 dw = _mm_loadu_ps(s->dw[b]);
-            const __m128 d = _mm_set1_ps(dx[c * nb + kb0 + b]);
-#if P32_R == 4
-            _mm_storeu_ps(&s->sc[b][c * P32_R], _mm_mul_ps(dw, d));
-#else
-            for (int r = 0; r < nr; r++)
-                s->sc[b][c * P32_R + r] = s->dw[b][r] * dx[c * nb + kb0 + b];
-            (void)dw;
-            (void)d;
-#endif
-        }
-    __m256 acc[P32_R][P32_C];
-#pragma GCC unroll 4
-    for (int r = 0; r < nr; r++)
-#pragma GCC unroll 4
-        for (int c = 0; c < nc; c++)
-            acc[r][c] = first ? _mm256_setzero_ps() : park[r * P32_C + c];
-    const __m256i ones = _mm256_set1_epi16(1);
-    const uint8_t *xb = x + (size_t)kb0 * sizeof(struct blk_q8_0) + offsetof(struct blk_q8_0, qs);
-    for (int64_t b = 0; b < kc; b++, xb += sizeof(struct blk_q8_0)) {
-#pragma GCC unroll 4
-        for (int r = 0; r < nr; r++) {
-            const __m256i w = _mm256_load_si256((const __m256i *)s->qs[b][r]);
-            const __m256i aw = _mm256_sign_epi8(w, w);
-#pragma GCC unroll 4
-            for (int c = 0; c < nc; c++) {
-                const __m256i y = load32(xb + (size_t)c * xbytes);
-                const __m256i p =
-                    _mm256_madd_epi16(_mm256_maddubs_epi16(aw, _mm256_sign_epi8(y, w)), ones);
-                acc[r][c] = _mm256_fmadd_ps(_mm256_broadcast_ss(&s->sc[b][c * P32_R + r]),
-                                            _mm256_cvtepi32_ps(p), acc[r][c]);
-            }
-        }
-    }
-#pragma GCC unroll 4
-    for (int r = 0; r < nr; r++)
-#pragma GCC unroll 4
-        for (int c = 0; c < nc; c++) {
-            if (last)
-                out[c * ldo + r] = hsum8(acc[r][c]);
-            else
-                park[r * P32_C + c] = acc[r][c];
-        }
-}
-
-/* Every token group of the chunk against nr packed rows. */
-AF_TARGET_AVX2 static AF_INLINE void p32_groups(int nr, struct p32_scratch *s, int64_t kb0,
-                                                int64_t kc, int64_t nb, const uint8_t *x,
-                                                size_t xbytes, int64_t tc, int first, int last,
-                                                float *out, int64_t ldo)
-{
-    int64_t c = 0, g = 0;
-    for (; c + P32_C <= tc; c += P32_C, g++)
-        p32_tile(nr, P32_C, s, kb0, kc, nb, x + (size_t)c * xbytes, xbytes, s->dx + c * nb,
-                 s->acc[g], first, last, out + c * ldo, ldo);
-    for (; c < tc; c++, g++)
-        p32_tile(nr, 1, s, kb0, kc, nb, x + (size_t)c * xbytes, xbytes, s->dx + c * nb, s->acc[g],
-                 first, last, out + c * ldo, ldo);
-}
-
-AF_TARGET_AVX2 static AF_INLINE void matmul_p32(uint32_t t, const void *W, size_t wbytes, int64_t k,
-                                                const void *X, size_t xbytes, int64_t m, float *out,
-                                                int64_t ldo, int64_t r0, int64_t r1)
-{
-    const int64_t nb = k / QK;
-    int64_t tcmax = P32_DX / nb;
-    tcmax = tcmax > P32_TC_MAX ? P32_TC_MAX : tcmax;
-    if (tcmax < P32_C) { /* rows too long for the scale buffer */
-        matmul_32(t, W, wbytes, k, X, xbytes, m, out, ldo, r0, r1);
-        return;
-    }
-    struct p32_scratch s;
-    const uint8_t *Wb = W, *Xb = X;
-    for (int64_t j0 = 0; j0 < m; j0 += tcmax) {
-        const int64_t tc = m - j0 < tcmax ? m - j0 : tcmax;
-        const uint8_t *x = Xb + (size_t)j0 * xbytes;
-        for (int64_t c = 0; c < tc; c++) {
-            const struct blk_q8_0 *xr = (const struct blk_q8_0 *)(x + (size_t)c * xbytes);
-            for (int64_t b = 0; b < nb; b++)
-                s.dx[c * nb + b] = h2f(xr[b].d);
-        }
-        for (int64_t r = r0; r < r1; r += P32_R) {
-            const int nr = r1 - r < P32_R ? (int)(r1 - r) : P32_R;
-            const uint8_t *w = Wb + (size_t)r * wbytes;
-            float *o = out + j0 * ldo + r;
-            for (int64_t kb0 = 0; kb0 < nb; kb0 += P32_KC) {
-                const int64_t kc = nb - kb0 < P32_KC ? nb - kb0 : P32_KC;
-                const int first = kb0 == 0, last = kb0 + kc == nb;
-                p32_pack(t, nr, w, wbytes, kb0, kc, &s);
-                switch (nr) {
-                case P32_R:
-                    p32_groups(P32_R, &s, kb0, kc, nb, x, xbytes, tc, first, last, o, ldo);
-                    break;
-#if P32_R > 3
-                case 3:
-                    p32_groups(3, &s, kb0, kc, nb, x, xbytes, tc, first, last, o, ldo);
-                    break;
-#endif
-#if P32_R > 2
-                case 2:
-                    p32_groups(2, &s, kb0, kc, nb, x, xbytes, tc, first, last, o, ldo);
-                    break;
-#endif
-                default:
-                    p32_groups(1, &s, kb0, kc, nb, x, xbytes, tc, first, last, o, ldo);
-                    break;
-                }
-            }
-        }
-    }
-}
-
-AF_TARGET_AVX2 static void matmul_q8_0(const void *W, size_t wbytes, int64_t k, const void *X,
-                                       size_t xbytes, int64_t m, float *out, int64_t ldo,
-                                       int64_t r0, int64_t r1)
-{
-    if (m == 1) /* decode: the 2-accumulator dot streams the weights faster */
-        quant_matmul_loop(dot_q8_0, W, wbytes, k, X, xbytes, m, out, ldo, r0, r1);
-    else
-        matmul_p32(GGML_TYPE_Q8_0, W, wbytes, k, X, xbytes, m, out, ldo, r0, r1);
-}
-
-AF_TARGET_AVX2 static void matmul_q4_0(const void *W, size_t wbytes, int64_t k, const void *X,
-                                       size_t xbytes, int64_t m, float *out, int64_t ldo,
-                                       int64_t r0, int64_t r1)
-{
-    if (m == 1) /* decode: the 2-accumulator dot streams the weights faster */
-        quant_matmul_loop(dot_q4_0, W, wbytes, k, X, xbytes, m, out, ldo, r0, r1);
-    else
-        matmul_p32(GGML_TYPE_Q4_0, W, wbytes, k, X, xbytes, m, out, ldo, r0, r1);
-}
-
-AF_TARGET_AVX2 static void matmul_q5_0(const void *W, size_t wbytes, int64_t k, const void *X,
-                                       size_t xbytes, int64_t m, float *out, int64_t ldo,
-                                       int64_t r0, int64_t r1)
-{
-    if (m == 1) /* decode: the 2-accumulator dot streams the weights faster */
-        quant_matmul_loop(dot_q5_0, W, wbytes, k, X, xbytes, m, out, ldo, r0, r1);
-    else
-        matmul_p32(GGML_TYPE_Q5_0, W, wbytes, k, X, xbytes, m, out, ldo, r0, r1);
 }
 
 /* ---- K-quants against Q8_K --------------------------------------------------------------- */
@@ -979,11 +618,11 @@ const struct quant_kernels quant_kernels_avx2 = {
             [GGML_TYPE_F32] = quant_avx2_dot_f32,
             [GGML_TYPE_F16] = quant_avx2_dot_f16,
             [GGML_TYPE_BF16] = quant_avx2_dot_bf16,
-            [GGML_TYPE_Q4_0] = dot_q4_0,
+            [GGML_TYPE_Q4_0] = quant_avx2_dot_q4_0,
             [GGML_TYPE_Q4_1] = dot_q4_1,
-            [GGML_TYPE_Q5_0] = dot_q5_0,
+            [GGML_TYPE_Q5_0] = quant_avx2_dot_q5_0,
             [GGML_TYPE_Q5_1] = dot_q5_1,
-            [GGML_TYPE_Q8_0] = dot_q8_0,
+            [GGML_TYPE_Q8_0] = quant_avx2_dot_q8_0,
             [GGML_TYPE_Q4_K] = dot_q4_k,
             [GGML_TYPE_Q5_K] = dot_q5_k,
             [GGML_TYPE_Q6_K] = dot_q6_k,
@@ -993,12 +632,27 @@ const struct quant_kernels quant_kernels_avx2 = {
             [GGML_TYPE_F32] = quant_avx2_matmul_f32,
             [GGML_TYPE_F16] = quant_avx2_matmul_f16,
             [GGML_TYPE_BF16] = quant_avx2_matmul_bf16,
-            [GGML_TYPE_Q4_0] = matmul_q4_0,
-            [GGML_TYPE_Q5_0] = matmul_q5_0,
-            [GGML_TYPE_Q8_0] = matmul_q8_0,
+            [GGML_TYPE_Q4_0] = quant_avx2_matmul_q4_0,
+            [GGML_TYPE_Q5_0] = quant_avx2_matmul_q5_0,
+            [GGML_TYPE_Q8_0] = quant_avx2_matmul_q8_0,
             [GGML_TYPE_Q4_K] = matmul_q4_k,
             [GGML_TYPE_Q5_K] = matmul_q5_k,
             [GGML_TYPE_Q6_K] = matmul_q6_k,
+        },
+    /* quant_avx2_r8.c: 8 rows in the lanes, the AVX-512 kernels' chain (a lone token's bits are
+     * a batch's) */
+    .m1_invariant = {[GGML_TYPE_Q8_0] = 1, [GGML_TYPE_Q4_0] = 1, [GGML_TYPE_Q5_0] = 1},
+    .pack =
+        {
+            [GGML_TYPE_Q8_0] = quant_avx2_pack_q8_0,
+            [GGML_TYPE_Q4_0] = quant_avx2_pack_q4_0,
+            [GGML_TYPE_Q5_0] = quant_avx2_pack_q5_0,
+        },
+    .matmul_packed =
+        {
+            [GGML_TYPE_Q8_0] = quant_avx2_matmul_packed_q8_0,
+            [GGML_TYPE_Q4_0] = quant_avx2_matmul_packed_q4_0,
+            [GGML_TYPE_Q5_0] = quant_avx2_matmul_packed_q5_0,
         },
 };
 

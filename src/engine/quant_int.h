@@ -143,6 +143,23 @@ extern const struct quant_kernels quant_kernels_avx512;
 void quant_avx512_act_q8_0(const float *x, void *y, int64_t nb);
 void quant_avx512_act_q8_k(const float *x, void *y, int64_t nb);
 
+/* The AVX2 Q8_0 / Q4_0 / Q5_0 kernels with 8 rows in the lanes (quant_avx2_r8.c): vec_dot,
+ * matmul, the packed form and its matmul, all with the bits of the AVX-512 kernels. */
+#define QUANT_AVX2_R8(name)                                                                        \
+    float quant_avx2_dot_##name(int64_t n, const void *w, const void *x);                          \
+    void quant_avx2_matmul_##name(const void *W, size_t wbytes, int64_t k, const void *X,          \
+                                  size_t xbytes, int64_t m, float *out, int64_t ldo, int64_t r0,   \
+                                  int64_t r1);                                                     \
+    size_t quant_avx2_pack_##name(const void *W, size_t wbytes, int64_t rows, int64_t k,           \
+                                  void *out);                                                      \
+    void quant_avx2_matmul_packed_##name(const void *P, int64_t rows, int64_t k, const void *X,    \
+                                         size_t xbytes, int64_t m, float *out, int64_t ldo,        \
+                                         int64_t r0, int64_t r1);
+QUANT_AVX2_R8(q8_0)
+QUANT_AVX2_R8(q4_0)
+QUANT_AVX2_R8(q5_0)
+#undef QUANT_AVX2_R8
+
 /* The AVX2 float kernels (quant_avx2_float.c), shared with quant_avx2.c's table. */
 float quant_avx2_dot_f32(int64_t n, const void *w, const void *x);
 float quant_avx2_dot_f16(int64_t n, const void *w, const void *x);
