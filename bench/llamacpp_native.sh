@@ -10,13 +10,26 @@
 #
 # Environment: TYPES ("F32 F16 Q8_0 Q4_0 Q4_K_M"), PASSES (3), PP (512), TG (128), THREADS (2),
 # DIR (/tmp/agentflow-bench), LLCPP (build/llamacpp-native), NLC_DIR (build/llamacpp), AF
-# (build/agentflow). A quiet machine is needed: both sides spin their threads.
+# (build/agentflow), ISA (native). ISA=avx2 compares the AVX2 kernels of both, as on a Zen 3
+# host: llama.cpp built with AVX2, FMA, F16C and BMI2 only (no AVX-512, no AVX-VNNI; into
+# LLCPP_AVX2, default build/llamacpp-avx2) against ours under AGENTFLOW_ISA=avx2. A quiet machine is
+# needed: both sides spin their threads.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 TYPES=${TYPES:-F32 F16 Q8_0 Q4_0 Q4_K_M}
 PASSES=${PASSES:-3} PP=${PP:-512} TG=${TG:-128} THREADS=${THREADS:-2}
 DIR=${DIR:-/tmp/agentflow-bench} LLCPP=${LLCPP:-build/llamacpp-native}
-NLC_DIR=${NLC_DIR:-build/llamacpp} AF=${AF:-build/agentflow}
+NLC_DIR=${NLC_DIR:-build/llamacpp} AF=${AF:-build/agentflow} ISA=${ISA:-native}
+CPU_FLAGS=(-DGGML_NATIVE=ON)
+if [ "$ISA" = avx2 ]; then
+    LLCPP=${LLCPP_AVX2:-build/llamacpp-avx2}
+    CPU_FLAGS=(-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON
+        -DGGML_BMI2=ON -DGGML_AVX512=OFF -DGGML_AVX_VNNI=OFF)
+    export AGENTFLOW_ISA=avx2
+elif [ "$ISA" != native ]; then
+    echo "bench/llamacpp_native.sh: ISA must be native or avx2" >&2
+    exit 2
+fi
 BUNDLE=$NLC_DIR/node_modules/node-llama-cpp/llama/gitRelease.bundle
 VOCAB=${VOCAB:-../shared/data/reference/tokenizer/ggml-vocab-qwen2.gguf}
 
@@ -32,12 +45,13 @@ LB=$LLCPP/build/bin/llama-bench
 if [ ! -x "$LB" ]; then
     rm -rf "$LLCPP"
     git -c advice.detachedHead=false clone -q "$BUNDLE" "$LLCPP"
-    cmake -S "$LLCPP" -B "$LLCPP/build" -DGGML_NATIVE=ON -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
+    cmake -S "$LLCPP" -B "$LLCPP/build" "${CPU_FLAGS[@]}" -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
         -DCMAKE_BUILD_TYPE=Release -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
         -DLLAMA_BUILD_SERVER=OFF >"$LLCPP/cmake.log" 2>&1
     cmake --build "$LLCPP/build" --target llama-bench -j"$THREADS" >"$LLCPP/build.log" 2>&1
 fi
-echo "llama.cpp: $(git -C "$LLCPP" log --format=%h -1), built native; ours: $(git log --format=%h -1)" >&2
+echo "llama.cpp: $(git -C "$LLCPP" log --format=%h -1), built $ISA; ours: $(git log --format=%h -1)," \
+    "kernels ${AGENTFLOW_ISA:-auto}" >&2
 
 mkdir -p "$DIR"
 for t in $TYPES; do
