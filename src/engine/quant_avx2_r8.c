@@ -43,6 +43,7 @@
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
+#include "engine/quant_x86.h"
 
 #define AF_TARGET_AVX2 __attribute__((target("avx2,fma,f16c")))
 #define AF_INLINE inline __attribute__((always_inline))
@@ -66,13 +67,6 @@ static inline size_t v_hb(uint32_t t)
     return t == GGML_TYPE_Q8_0 ? 272 : t == GGML_TYPE_Q4_0 ? 144 : 176;
 }
 
-static inline size_t v_bsz(uint32_t t)
-{
-    return t == GGML_TYPE_Q8_0   ? sizeof(struct blk_q8_0)
-           : t == GGML_TYPE_Q4_0 ? sizeof(struct blk_q4_0)
-                                 : sizeof(struct blk_q5_0);
-}
-
 static inline int32_t v_bias(uint32_t t)
 {
     return t == GGML_TYPE_Q8_0 ? 0 : t == GGML_TYPE_Q4_0 ? 8 : 16;
@@ -81,7 +75,7 @@ static inline int32_t v_bias(uint32_t t)
 /* Block b of the 8 rows rp[0..7] into its packed half o. */
 static void v_pack_half(uint32_t t, const uint8_t *const *rp, int64_t b, uint8_t *o)
 {
-    const size_t bsz = v_bsz(t), qo = t == GGML_TYPE_Q5_0 ? 6 : 2;
+    const size_t bsz = quant_b32_bytes(t), qo = t == GGML_TYPE_Q5_0 ? 6 : 2;
     const size_t nq = t == GGML_TYPE_Q8_0 ? 32 : 16, sc = v_hb(t) - 16;
     for (int r = 0; r < 8; r++) {
         const uint8_t *p = rp[r] + (size_t)b * bsz;
@@ -115,16 +109,6 @@ static void v_pack_group(uint32_t t, const uint8_t *W, size_t wbytes, int64_t r,
     for (int h = 0; h < 2; h++)
         for (int64_t j = 0; j < kc; j++)
             v_pack_half(t, rp + 8 * h, b0 + j, g + (size_t)(h * kc + j) * hb);
-}
-
-/* Sum of the 32 signed bytes of a block (exact). */
-AF_TARGET_AVX2 static AF_INLINE int32_t v_bsum(const int8_t *qs)
-{
-    const __m256i u =
-        _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)qs), _mm256_set1_epi8((char)0x80));
-    const __m256i s = _mm256_sad_epu8(u, _mm256_setzero_si256()); /* 4 sums of (x + 128) */
-    const __m128i h = _mm_add_epi64(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
-    return (int32_t)(_mm_cvtsi128_si64(h) + _mm_extract_epi64(h, 1)) - 32 * 128;
 }
 
 AF_TARGET_AVX2 static AF_INLINE __m256i v_bcast(const int8_t *p)
@@ -235,13 +219,7 @@ AF_TARGET_AVX2 static void v_prep_x(uint32_t t, const uint8_t *X, size_t xbytes,
                                     int64_t b0, int64_t kc, struct v_x *s)
 {
     s->ld = kc;
-    for (int64_t c = 0; c < tc; c++) {
-        const struct blk_q8_0 *xb = (const struct blk_q8_0 *)(X + (size_t)c * xbytes) + b0;
-        for (int64_t b = 0; b < kc; b++) {
-            s->corr[c * kc + b] = t == GGML_TYPE_Q8_0 ? 0 : -v_bias(t) * v_bsum(xb[b].qs);
-            s->d[c * kc + b] = _cvtsh_ss(xb[b].d);
-        }
-    }
+    quant_b32_terms(X, xbytes, tc, b0, kc, v_bias(t), s->corr, s->d);
 }
 
 /* The token chunk against a group's halves hp[0], hp[1] (at the chunk's first block) for rows
@@ -328,7 +306,7 @@ AF_TARGET_AVX2 static AF_INLINE float v_dot(uint32_t t, int64_t n, const void *w
 {
     const uint8_t *wb = w;
     const struct blk_q8_0 *xb = x;
-    const size_t bsz = v_bsz(t);
+    const size_t bsz = quant_b32_bytes(t);
     __m128 acc = _mm_setzero_ps();
     for (int64_t b = 0; b < n / QK; b++) {
         const uint8_t *p = wb + (size_t)b * bsz;

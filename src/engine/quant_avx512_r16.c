@@ -34,6 +34,7 @@
 #include <immintrin.h>
 
 #include "engine/quant_avx512_t16.h"
+#include "engine/quant_x86.h"
 
 #define AF_TARGET_AVX512                                                                           \
     __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")))
@@ -68,14 +69,7 @@ AF_TARGET_AVX512 static AF_INLINE int32_t load_i32(const void *p)
     return v;
 }
 
-/* Bytes per block, and the bias B of the unsigned form (above), of weight type t. */
-static inline size_t r_bsz(uint32_t t)
-{
-    return t == GGML_TYPE_Q8_0   ? sizeof(struct blk_q8_0)
-           : t == GGML_TYPE_Q4_0 ? sizeof(struct blk_q4_0)
-                                 : sizeof(struct blk_q5_0);
-}
-
+/* The bias B of the unsigned form (above) of weight type t. */
 static inline int32_t r_bias(uint32_t t)
 {
     return t == GGML_TYPE_Q8_0 ? 128 : t == GGML_TYPE_Q4_0 ? 8 : 16;
@@ -98,23 +92,13 @@ AF_TARGET_AVX512 static AF_INLINE __m256i r_u(uint32_t t, const uint8_t *p)
     return _mm256_mask_add_epi8(q, (__mmask32)qh, q, _mm256_set1_epi8(16));
 }
 
-/* Sum of the 32 signed bytes of a block (exact). */
-AF_TARGET_AVX512 static AF_INLINE int32_t block_sum(const int8_t *qs)
-{
-    const __m256i u =
-        _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)qs), _mm256_set1_epi8((char)0x80));
-    const __m256i s = _mm256_sad_epu8(u, _mm256_setzero_si256()); /* 4 sums of (x + 128) */
-    const __m128i h = _mm_add_epi64(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
-    return (int32_t)(_mm_cvtsi128_si64(h) + _mm_extract_epi64(h, 1)) - 32 * 128;
-}
-
 /* vec_dot: the lanes' chain for one row and one token, in scalar instructions. */
 AF_TARGET_AVX512 static AF_INLINE float r_dot(uint32_t t, int64_t n, const void *w, const void *x)
 {
     const uint8_t *wb = w;
     const struct blk_q8_0 *xb = x;
     const int64_t nb = n / QK;
-    const size_t bsz = r_bsz(t);
+    const size_t bsz = quant_b32_bytes(t);
     __m128 acc = _mm_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *p = wb + (size_t)b * bsz;
@@ -123,7 +107,7 @@ AF_TARGET_AVX512 static AF_INLINE float r_dot(uint32_t t, int64_t n, const void 
         __m128i h = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
         h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0x4E));
         h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0xB1));
-        const int32_t isum = _mm_cvtsi128_si32(h) - r_bias(t) * block_sum(xb[b].qs);
+        const int32_t isum = _mm_cvtsi128_si32(h) - r_bias(t) * quant_b32_sum(xb[b].qs);
         uint16_t d;
         memcpy(&d, p, sizeof d);
         const __m128 s = _mm_mul_ss(_mm_set_ss(_cvtsh_ss(d)), _mm_set_ss(_cvtsh_ss(xb[b].d)));
@@ -136,7 +120,7 @@ AF_TARGET_AVX512 static AF_INLINE float r_dot(uint32_t t, int64_t n, const void 
 AF_TARGET_AVX512 static AF_INLINE void r_pairs(uint32_t t, const uint8_t *const *rp, int64_t b,
                                                __m512i a[8])
 {
-    const size_t o = (size_t)b * r_bsz(t);
+    const size_t o = (size_t)b * quant_b32_bytes(t);
 #pragma GCC unroll 8
     for (int j = 0; j < 8; j++)
         a[j] =
@@ -240,10 +224,10 @@ AF_TARGET_AVX512 static AF_INLINE void r_scales4(uint32_t t, const uint8_t *cons
 {
     /* The 4 scales' word offsets (blocks of 17, 9 or 11 words); no load reaches past block
      * b + 3 (Q5_0's second load takes one word). */
-    const int w1 = (int)(r_bsz(t) / 2);
+    const int w1 = (int)(quant_b32_bytes(t) / 2);
     const __m512i idx = _mm512_set_epi16(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
                                          0, 0, 0, 0, 0, 0, 0, 0, 3 * w1, 2 * w1, w1, 0);
-    const size_t o = (size_t)b * r_bsz(t);
+    const size_t o = (size_t)b * quant_b32_bytes(t);
     __m128 f[16];
 #pragma GCC unroll 16
     for (int j = 0; j < 16; j++) {
@@ -278,7 +262,7 @@ AF_TARGET_AVX512 static AF_INLINE void r_scales4(uint32_t t, const uint8_t *cons
 AF_TARGET_AVX512 static AF_INLINE __m512 r_scales1(uint32_t t, const uint8_t *const *rp,
                                                    __m512i gidx, int64_t b)
 {
-    const __m512i g = _mm512_i32gather_epi32(gidx, rp[0] + (size_t)b * r_bsz(t), 1);
+    const __m512i g = _mm512_i32gather_epi32(gidx, rp[0] + (size_t)b * quant_b32_bytes(t), 1);
     return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(g));
 }
 
@@ -328,13 +312,7 @@ AF_TARGET_AVX512 static void r_prep_x(uint32_t t, const uint8_t *X, size_t xbyte
                                       int64_t b0, int64_t kc, struct r_x *s)
 {
     s->ld = kc;
-    for (int64_t c = 0; c < tc; c++) {
-        const struct blk_q8_0 *xb = (const struct blk_q8_0 *)(X + (size_t)c * xbytes) + b0;
-        for (int64_t b = 0; b < kc; b++) {
-            s->corr[c * kc + b] = -r_bias(t) * block_sum(xb[b].qs);
-            s->d[c * kc + b] = _cvtsh_ss(xb[b].d);
-        }
-    }
+    quant_b32_terms(X, xbytes, tc, b0, kc, r_bias(t), s->corr, s->d);
 }
 
 /* Prefetch block b's share (`per` lines) of the next group's bytes, 16 rows from `next`, one
@@ -523,7 +501,7 @@ AF_TARGET_AVX512 static AF_INLINE void r_matmul(uint32_t t, quant_vec_dot_fn dot
 /* Offsets of block b's quants, extras and scales in its group; the bytes of a pair. */
 static inline size_t r_ppair(uint32_t t)
 {
-    return 32 * r_bsz(t);
+    return 32 * quant_b32_bytes(t);
 }
 
 static inline void r_poffs(uint32_t t, int64_t b, size_t *oq, size_t *oe, size_t *os)
@@ -545,7 +523,7 @@ AF_TARGET_AVX512 static void r_pack_rows(uint32_t t, const uint8_t *W, size_t wb
                                          int64_t k, uint8_t *out)
 {
     const int64_t nb = k / QK;
-    const size_t bsz = r_bsz(t), gbytes = r_pgroup(t, nb);
+    const size_t bsz = quant_b32_bytes(t), gbytes = r_pgroup(t, nb);
     for (int64_t g = 0; 16 * g < rows; g++) {
         const uint8_t *rp[16];
         for (int j = 0; j < 16; j++) {
