@@ -857,9 +857,9 @@ static void test_f16_int(void **state)
     assert_int_equal(quant_set_isa("auto"), 0);
 }
 
-/* The AVX2 K-quant prefill (1 row x 4 tokens, in token blocks that fit L2): the same bits
- * whatever the batch size (2+) or token offset. k = 29 blocks of 256 makes blocks of 20
- * tokens, so m = 45 crosses two block edges and leaves a partial tile. */
+/* The AVX2 K-quant prefill: the same bits whatever the batch size (2+), token offset or row
+ * split, and for Q4_K / Q6_K (8 rows in the lanes) the AVX-512 kernels' bits. k = 29 blocks of
+ * 256; m = 45 leaves partial token tiles; 3 rows a partial group of 8. */
 static void test_prefill_tiles_k(void **state)
 {
     (void)state;
@@ -874,6 +874,16 @@ static void test_prefill_tiles_k(void **state)
         uint8_t *W = quantize_rows(t, fw, rows, k), *X = prepare_rows(t, fx, m, k);
         static const int64_t cuts[] = {0, 2, 25, 45};
         float *full = matmul_split_equal(t, W, X, k, rows, m, cuts, 1);
+        /* Q4_K and Q6_K (quant_avx2_k8.c) have the AVX-512 K kernels' chain: the same bits */
+        if (t != GGML_TYPE_Q5_K && quant_set_isa("avx512") == 0) {
+            float *o5 = malloc((size_t)(rows * m) * sizeof *o5);
+            assert_non_null(o5);
+            quant_matmul(t, W, k, X, m, o5, rows, 0, rows);
+            if (memcmp(o5, full, (size_t)(rows * m) * sizeof *o5))
+                fail_msg("%s: the AVX2 prefill's bits differ from AVX-512's", quant_type_name(t));
+            free(o5);
+        }
+        assert_int_equal(quant_set_isa("avx2"), 0);
         free(fw);
         free(fx);
         free(W);

@@ -424,7 +424,7 @@ AF_TARGET_AVX2 static void matmul_q4_k(const void *W, size_t wbytes, int64_t k, 
     if (m == 1)
         quant_matmul_loop(dot_q4_k, W, wbytes, k, X, xbytes, m, out, ldo, r0, r1);
     else
-        matmul_k(0, W, wbytes, k, X, xbytes, m, out, ldo, r0, r1);
+        quant_avx2_prefill_q4_k(W, wbytes, k, X, xbytes, m, out, ldo, r0, r1);
 }
 
 AF_TARGET_AVX2 static void matmul_q5_k(const void *W, size_t wbytes, int64_t k, const void *X,
@@ -444,7 +444,7 @@ AF_TARGET_AVX2 static void matmul_q6_k(const void *W, size_t wbytes, int64_t k, 
     if (m == 1)
         quant_matmul_loop(dot_q6_k, W, wbytes, k, X, xbytes, m, out, ldo, r0, r1);
     else
-        matmul_k(2, W, wbytes, k, X, xbytes, m, out, ldo, r0, r1);
+        quant_avx2_prefill_q6_k(W, wbytes, k, X, xbytes, m, out, ldo, r0, r1);
 }
 
 AF_TARGET_AVX2 static void axpy_avx2(int64_t n, float a, const float *x, float *y)

@@ -160,6 +160,13 @@ QUANT_AVX2_R8(q4_0)
 QUANT_AVX2_R8(q5_0)
 #undef QUANT_AVX2_R8
 
+/* The AVX2 prefill (2+ tokens) of Q4_K and Q6_K with 8 rows in the lanes (quant_avx2_k8.c), with
+ * the AVX-512 K kernels' bits. */
+void quant_avx2_prefill_q4_k(const void *W, size_t wbytes, int64_t k, const void *X, size_t xbytes,
+                             int64_t m, float *out, int64_t ldo, int64_t r0, int64_t r1);
+void quant_avx2_prefill_q6_k(const void *W, size_t wbytes, int64_t k, const void *X, size_t xbytes,
+                             int64_t m, float *out, int64_t ldo, int64_t r0, int64_t r1);
+
 /* The AVX2 float kernels (quant_avx2_float.c), shared with quant_avx2.c's table. */
 float quant_avx2_dot_f32(int64_t n, const void *w, const void *x);
 float quant_avx2_dot_f16(int64_t n, const void *w, const void *x);
