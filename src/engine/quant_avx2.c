@@ -1,8 +1,9 @@
 /*
- * quant_avx2.c - AVX2 + FMA + F16C kernels: vec_dot for Q4_1, Q5_1, Q4_K, Q5_K, Q6_K, and
- * prefill matmuls (1 row x 4 tokens, weights unpacked once per block) for Q4_K / Q5_K / Q6_K;
- * the table of the AVX2 kernels, which takes the float types from quant_avx2_float.c and Q8_0 /
- * Q4_0 / Q5_0 (8 rows in the lanes, a packed form) from quant_avx2_r8.c.
+ * quant_avx2.c - AVX2 + FMA + F16C kernels: vec_dot for Q4_1, Q5_1, Q4_K, Q5_K, Q6_K, and the
+ * Q5_K prefill matmul (1 row x 4 tokens, weights unpacked once per block); the table of the
+ * AVX2 kernels, which takes the float types from quant_avx2_float.c, Q8_0 / Q4_0 / Q5_0 (8 rows
+ * in the lanes, a packed form) from quant_avx2_r8.c and the Q4_K / Q6_K prefill (8 rows in the
+ * lanes) from quant_avx2_k8.c.
  *
  * Every function carries AF_TARGET_AVX2 (no per-file flags): the dispatcher only calls into this
  * file when __builtin_cpu_supports says the CPU has these extensions. Integer dots use the
@@ -337,44 +338,6 @@ AF_TARGET_AVX2 static AF_INLINE void tile_k4(int five, int nx, const uint8_t *w,
         out[c * ldo] = hsum8(acc[c]) + hsum4(accm[c]);
 }
 
-/* Q6_K row w against nx tokens; out[c * ldo]. */
-AF_TARGET_AVX2 static AF_INLINE void tile_q6_k(int nx, const uint8_t *w, int64_t nb,
-                                               const uint8_t *x, size_t xbytes, float *out,
-                                               int64_t ldo)
-{
-    __m256 acc[KT_X];
-    for (int c = 0; c < nx; c++)
-        acc[c] = _mm256_setzero_ps();
-    for (int64_t i = 0; i < nb; i++) {
-        const struct blk_q6_k *a = (const struct blk_q6_k *)w + i;
-        const struct blk_q8_k *yb[KT_X];
-        __m256i sumi[KT_X];
-        for (int c = 0; c < nx; c++) {
-            yb[c] = (const struct blk_q8_k *)(x + (size_t)c * xbytes) + i;
-            sumi[c] = _mm256_sub_epi32(_mm256_setzero_si256(), q6k_offset(a, yb[c]));
-        }
-        for (int h = 0; h < 2; h++) {
-            __m256i q[4];
-            q6k_unpack(a->ql + 64 * h, a->qh + 32 * h, q);
-            const __m256i sc16 = q6k_scales(a->scales + 8 * h);
-            for (int g = 0; g < 4; g++) {
-                const __m256i sp = q6k_scale_pair(sc16, g);
-                for (int c = 0; c < nx; c++) {
-                    const __m256i yv = load32(yb[c]->qs + 128 * h + 32 * g);
-                    const __m256i p = _mm256_maddubs_epi16(q[g], yv);
-                    sumi[c] = _mm256_add_epi32(sumi[c], _mm256_madd_epi16(p, sp));
-                }
-            }
-        }
-        const float dw = h2f(a->d);
-        for (int c = 0; c < nx; c++)
-            acc[c] =
-                _mm256_fmadd_ps(_mm256_set1_ps(yb[c]->d * dw), _mm256_cvtepi32_ps(sumi[c]), acc[c]);
-    }
-    for (int c = 0; c < nx; c++)
-        out[c * ldo] = hsum8(acc[c]);
-}
-
 AF_TARGET_AVX2 static AF_INLINE void matmul_k_block(int kind, const void *W, size_t wbytes,
                                                     int64_t k, const void *X, size_t xbytes,
                                                     int64_t m, float *out, int64_t ldo, int64_t r0,
@@ -386,24 +349,18 @@ AF_TARGET_AVX2 static AF_INLINE void matmul_k_block(int kind, const void *W, siz
         int64_t j = 0;
         for (; j + KT_X <= m; j += KT_X) {
             const uint8_t *x = (const uint8_t *)X + (size_t)j * xbytes;
-            if (kind == 2)
-                tile_q6_k(KT_X, w, nb, x, xbytes, out + j * ldo + r, ldo);
-            else
-                tile_k4(kind, KT_X, w, nb, x, xbytes, out + j * ldo + r, ldo);
+            tile_k4(kind, KT_X, w, nb, x, xbytes, out + j * ldo + r, ldo);
         }
         for (; j < m; j++) {
             const uint8_t *x = (const uint8_t *)X + (size_t)j * xbytes;
-            if (kind == 2)
-                tile_q6_k(1, w, nb, x, xbytes, out + j * ldo + r, ldo);
-            else
-                tile_k4(kind, 1, w, nb, x, xbytes, out + j * ldo + r, ldo);
+            tile_k4(kind, 1, w, nb, x, xbytes, out + j * ldo + r, ldo);
         }
     }
 }
 
-/* kind: 0 = Q4_K, 1 = Q5_K, 2 = Q6_K. Rows one at a time, tokens KT_X at a time, in token
- * blocks of about KT_BLOCK_BYTES: a prefill batch of 256 long rows (1.4 MiB of Q8_K for
- * k = 4864) would otherwise be streamed from L3 again for every weight row. */
+/* kind: 0 = Q4_K, 1 = Q5_K (the one that uses it now). Rows one at a time, tokens KT_X at a time,
+ * in token blocks of about KT_BLOCK_BYTES: a prefill batch of 256 long rows (1.4 MiB of Q8_K for k
+ * = 4864) would otherwise be streamed from L3 again for every weight row. */
 AF_TARGET_AVX2 static AF_INLINE void matmul_k(int kind, const void *W, size_t wbytes, int64_t k,
                                               const void *X, size_t xbytes, int64_t m, float *out,
                                               int64_t ldo, int64_t r0, int64_t r1)
