@@ -473,6 +473,73 @@ static float dot_block_order(uint32_t t, int64_t k, const uint8_t *w, const uint
     return acc;
 }
 
+/* The chain of the AVX-512 and AVX2 kernels for Q4_K and Q6_K, in scalar C: per block the exact
+ * integer sums S = sum_s sc_s x (the sub-block's products) (Q6_K levels less 32) and M = sum_s
+ * min_s x (the sub-block's activation sum), then acc = fma(d x yd, S, acc) and, for Q4_K,
+ * acc = fma(-(dmin x yd), M, acc), from +0. Layouts from ggml-common.h: Q8_K is d (f32), 256
+ * quants and 16 bsums; Q4_K d, dmin, 12 scale bytes, 128 nibble bytes; Q6_K 128 ql, 64 qh,
+ * 16 scales, d. */
+static float dot_k_order(uint32_t t, int64_t k, const uint8_t *w, const uint8_t *x)
+{
+    const size_t wbb = quant_block_bytes(t), xbb = quant_block_bytes(GGML_TYPE_Q8_K);
+    float acc = 0.0f;
+    for (int64_t b = 0; b < k / 256; b++) {
+        const uint8_t *wb = w + (size_t)b * wbb, *xb = x + (size_t)b * xbb;
+        float yd;
+        memcpy(&yd, xb, 4);
+        const int8_t *yq = (const int8_t *)xb + 4;
+        int16_t bs[16];
+        memcpy(bs, xb + 260, sizeof bs);
+        int lev[256], sc[16], mn[8] = {0};
+        uint16_t hd, hm = 0;
+        if (t == GGML_TYPE_Q4_K) {
+            memcpy(&hd, wb, 2);
+            memcpy(&hm, wb + 2, 2);
+            const uint8_t *q = wb + 4, *qs = wb + 16;
+            for (int j = 0; j < 8; j++) { /* ggml's get_scale_min_k4 */
+                if (j < 4) {
+                    sc[j] = q[j] & 63;
+                    mn[j] = q[j + 4] & 63;
+                } else {
+                    sc[j] = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
+                    mn[j] = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+                }
+            }
+            for (int i = 0; i < 256; i++) /* group g = i / 32: chunk g / 2, nibble g % 2 */
+                lev[i] = (qs[32 * (i / 64) + i % 32] >> (4 * ((i / 32) % 2))) & 15;
+        } else {
+            const uint8_t *ql = wb, *qh = wb + 128;
+            memcpy(&hd, wb + 208, 2);
+            for (int s = 0; s < 16; s++)
+                sc[s] = (int8_t)wb[192 + s];
+            for (int h = 0; h < 2; h++)
+                for (int l = 0; l < 32; l++) {
+                    const int o = 128 * h, a = ql[64 * h + l], e = ql[64 * h + l + 32];
+                    const int hb = qh[32 * h + l];
+                    lev[o + l] = ((a & 15) | ((hb & 3) << 4)) - 32;
+                    lev[o + l + 32] = ((e & 15) | (((hb >> 2) & 3) << 4)) - 32;
+                    lev[o + l + 64] = ((a >> 4) | (((hb >> 4) & 3) << 4)) - 32;
+                    lev[o + l + 96] = ((e >> 4) | (((hb >> 6) & 3) << 4)) - 32;
+                }
+        }
+        const int sub = t == GGML_TYPE_Q4_K ? 32 : 16;
+        int32_t S = 0, M = 0;
+        for (int s = 0; s < 256 / sub; s++) {
+            int32_t p = 0, a = 0;
+            for (int i = sub * s; i < sub * (s + 1); i++) {
+                p += lev[i] * yq[i];
+                a += yq[i];
+            }
+            S += sc[s] * p;
+            M += mn[s % 8] * a * (t == GGML_TYPE_Q4_K);
+        }
+        acc = fmaf(quant_f16_to_f32(hd) * yd, (float)S, acc);
+        if (t == GGML_TYPE_Q4_K)
+            acc = fmaf(-(quant_f16_to_f32(hm) * yd), (float)M, acc);
+    }
+    return acc;
+}
+
 /* quant_matmul of m tokens x `rows` rows at once, then again in the token batches
  * cuts[0..3] with the rows split at rsplit: the two must have the same bits. Returns the
  * one-call result [m][rows] (caller frees). */
@@ -554,6 +621,87 @@ static void test_avx2_r8(void **state)
                 assert_non_null(o5);
                 quant_matmul(t, W, k, X, m, o5, rows, 0, rows);
                 assert_memory_equal(o5, full, (size_t)(rows * m) * sizeof *o5);
+                free(o5);
+            }
+            free(fw);
+            free(fx);
+            free(W);
+            free(X);
+            free(P);
+            free(pk);
+            free(full);
+        }
+    assert_int_equal(quant_set_isa("auto"), 0);
+}
+
+/* The AVX2 Q4_K / Q6_K kernels (quant_avx2_k8.c): every output of the matmul and the vec_dot has
+ * the bits of the scalar twin above, whatever the batch size (a lone token included), token
+ * offset or row split; the packed form gives the row-major bits for every batch size (a lone
+ * token and a pair take the fused path, more the unpacked block), and so do the AVX-512 kernels
+ * where the CPU has them. 37 rows end in a partial group and a partial half; m = 67 crosses the
+ * token chunk; k of 1, 3 and 29 blocks (an odd count pads Q6_K's run of d). */
+static void test_avx2_k8(void **state)
+{
+    (void)state;
+    if (quant_set_isa("avx2") != 0)
+        skip();
+    static const uint32_t types[] = {GGML_TYPE_Q4_K, GGML_TYPE_Q6_K};
+    static const int64_t nbs[] = {1, 3, 29};
+    static const int64_t ms[] = {1, 2, 3, 5, 8, 67};
+    const int64_t rows = 37, m = 67;
+    struct rng r = {0x48b};
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++)
+        for (size_t ki = 0; ki < sizeof nbs / sizeof nbs[0]; ki++) {
+            const uint32_t t = types[ti];
+            const int64_t k = 256 * nbs[ki];
+            assert_int_equal(quant_set_isa("avx2"), 0);
+            assert_true(quant_matmul_m1_invariant(t));
+            float *fw = rand_vec(&r, rows * k, 0.05f), *fx = rand_vec(&r, m * k, 1.0f);
+            uint8_t *W = quantize_rows(t, fw, rows, k), *X = prepare_rows(t, fx, m, k);
+            const size_t xb = quant_row_bytes(GGML_TYPE_Q8_K, k), wb = quant_row_bytes(t, k);
+            /* tokens in batches of 1, 3 and 63; rows split 0..19 / 19..37 */
+            static const int64_t cuts[] = {0, 1, 4, 67};
+            float *full = matmul_split_equal(t, W, X, k, rows, m, cuts, 19);
+            for (int64_t j = 0; j < m; j++)
+                for (int64_t i = 0; i < rows; i++) {
+                    const float want = dot_k_order(t, k, W + (size_t)i * wb, X + (size_t)j * xb);
+                    const float dot = quant_vec_dot(t, k, W + (size_t)i * wb, X + (size_t)j * xb);
+                    if (memcmp(&want, &full[j * rows + i], sizeof want) ||
+                        memcmp(&want, &dot, sizeof want))
+                        fail_msg("%s k=%lld row %lld tok %lld: matmul %.9g, dot %.9g, twin %.9g",
+                                 quant_type_name(t), (long long)k, (long long)i, (long long)j,
+                                 (double)full[j * rows + i], (double)dot, (double)want);
+                }
+            /* 3 groups of 16 rows, each 2 halves of 8 rows' blocks; Q6_K's halves end in the
+             * rows' d, 16 bytes a block, the run padded to 32 */
+            const size_t half = (size_t)8 * wb - (t == GGML_TYPE_Q6_K ? 16 * (size_t)nbs[ki] : 0) +
+                                (t == GGML_TYPE_Q6_K ? (16 * (size_t)nbs[ki] + 31) / 32 * 32 : 0);
+            const size_t pbytes = quant_packed_bytes(t, rows, k);
+            assert_int_equal(pbytes, 6 * half);
+            uint8_t *P = aligned_alloc(64, (pbytes + 63) / 64 * 64);
+            float *pk = malloc((size_t)(rows * m) * sizeof *pk);
+            assert_non_null(P);
+            assert_non_null(pk);
+            quant_pack(t, W, rows, k, P);
+            for (size_t mi = 0; mi < sizeof ms / sizeof ms[0]; mi++) {
+                memset(pk, 0xff, (size_t)(rows * ms[mi]) * sizeof *pk);
+                assert_int_equal(quant_matmul_packed(t, P, rows, k, X, ms[mi], pk, rows, 0, 16), 0);
+                assert_int_equal(quant_matmul_packed(t, P, rows, k, X, ms[mi], pk, rows, 16, rows),
+                                 0);
+                assert_int_equal(quant_matmul_packed(t, P, rows, k, X, ms[mi], pk, rows, 8, rows),
+                                 -1);
+                for (int64_t j = 0; j < ms[mi]; j++)
+                    if (memcmp(pk + j * rows, full + j * rows, (size_t)rows * sizeof *pk))
+                        fail_msg("%s k=%lld m=%lld: the packed matmul's bits differ",
+                                 quant_type_name(t), (long long)k, (long long)ms[mi]);
+            }
+            if (quant_set_isa("avx512") == 0) {
+                float *o5 = malloc((size_t)(rows * m) * sizeof *o5);
+                assert_non_null(o5);
+                quant_matmul(t, W, k, X, m, o5, rows, 0, rows);
+                assert_memory_equal(o5, full, (size_t)(rows * m) * sizeof *o5);
+                quant_matmul(t, W, k, X, 1, o5, rows, 0, rows);
+                assert_memory_equal(o5, full, (size_t)rows * sizeof *o5);
                 free(o5);
             }
             free(fw);
@@ -738,9 +886,10 @@ static void test_packed_matmul(void **state)
                     fail_msg("%s k=%lld m=%lld: the packed matmul's bits differ",
                              quant_type_name(t), (long long)k, (long long)m);
             }
-            /* AVX2 packs the 32-blocks its own way (test_avx2_r8) and nothing else */
+            /* AVX2 packs the 32-blocks, Q4_K and Q6_K its own way (test_avx2_r8, test_avx2_k8)
+             * and nothing else */
             assert_int_equal(quant_set_isa("avx2"), 0);
-            if (quant_block_elems(t) != 32) {
+            if (quant_block_elems(t) != 32 && t != GGML_TYPE_Q4_K && t != GGML_TYPE_Q6_K) {
                 assert_int_equal(quant_packed_bytes(t, rows, k), 0);
                 assert_int_equal(quant_matmul_packed(t, P, rows, k, X, 1, pk, rows, 0, rows), -1);
             }
@@ -857,39 +1006,25 @@ static void test_f16_int(void **state)
     assert_int_equal(quant_set_isa("auto"), 0);
 }
 
-/* The AVX2 K-quant prefill: the same bits whatever the batch size (2+), token offset or row
- * split, and for Q4_K / Q6_K (8 rows in the lanes) the AVX-512 kernels' bits. k = 29 blocks of
- * 256; m = 45 leaves partial token tiles; 3 rows a partial group of 8. */
+/* The AVX2 Q5_K prefill (one row at a time): the same bits whatever the batch size (2+), token
+ * offset or row split. k = 29 blocks of 256; m = 45 leaves partial token tiles. (Q4_K and Q6_K:
+ * test_avx2_k8.) */
 static void test_prefill_tiles_k(void **state)
 {
     (void)state;
     if (quant_set_isa("avx2") != 0)
         skip();
-    static const uint32_t types[] = {GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K};
+    const uint32_t t = GGML_TYPE_Q5_K;
     const int64_t k = 29 * 256, rows = 3, m = 45;
     struct rng r = {0x4b4b};
-    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
-        const uint32_t t = types[ti];
-        float *fw = rand_vec(&r, rows * k, 0.05f), *fx = rand_vec(&r, m * k, 1.0f);
-        uint8_t *W = quantize_rows(t, fw, rows, k), *X = prepare_rows(t, fx, m, k);
-        static const int64_t cuts[] = {0, 2, 25, 45};
-        float *full = matmul_split_equal(t, W, X, k, rows, m, cuts, 1);
-        /* Q4_K and Q6_K (quant_avx2_k8.c) have the AVX-512 K kernels' chain: the same bits */
-        if (t != GGML_TYPE_Q5_K && quant_set_isa("avx512") == 0) {
-            float *o5 = malloc((size_t)(rows * m) * sizeof *o5);
-            assert_non_null(o5);
-            quant_matmul(t, W, k, X, m, o5, rows, 0, rows);
-            if (memcmp(o5, full, (size_t)(rows * m) * sizeof *o5))
-                fail_msg("%s: the AVX2 prefill's bits differ from AVX-512's", quant_type_name(t));
-            free(o5);
-        }
-        assert_int_equal(quant_set_isa("avx2"), 0);
-        free(fw);
-        free(fx);
-        free(W);
-        free(X);
-        free(full);
-    }
+    float *fw = rand_vec(&r, rows * k, 0.05f), *fx = rand_vec(&r, m * k, 1.0f);
+    uint8_t *W = quantize_rows(t, fw, rows, k), *X = prepare_rows(t, fx, m, k);
+    static const int64_t cuts[] = {0, 2, 25, 45};
+    free(matmul_split_equal(t, W, X, k, rows, m, cuts, 1));
+    free(fw);
+    free(fx);
+    free(W);
+    free(X);
     assert_int_equal(quant_set_isa("auto"), 0);
 }
 
@@ -1207,16 +1342,27 @@ static void test_exp_kernels(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_type_table),         cmocka_unit_test(test_q8_0_rounding),
-        cmocka_unit_test(test_roundtrip_error),    cmocka_unit_test(test_isa_select),
-        cmocka_unit_test(test_prepare_act_dot),    cmocka_unit_test(test_avx2_vs_ref),
-        cmocka_unit_test(test_axpy_isas),          cmocka_unit_test(test_scores_isas),
-        cmocka_unit_test(test_exp_kernels),        cmocka_unit_test(test_avx512_vs_ref),
-        cmocka_unit_test(test_oracle_q8_0),        cmocka_unit_test(test_oracle_q4_0),
-        cmocka_unit_test(test_oracle_kquants),     cmocka_unit_test(test_avx2_r8),
-        cmocka_unit_test(test_prefill_gemm_float), cmocka_unit_test(test_prefill_gemm_float_avx512),
-        cmocka_unit_test(test_prefill_tiles_k),    cmocka_unit_test(test_avx512_batch_invariant),
-        cmocka_unit_test(test_packed_matmul),      cmocka_unit_test(test_f16_int),
+        cmocka_unit_test(test_type_table),
+        cmocka_unit_test(test_q8_0_rounding),
+        cmocka_unit_test(test_roundtrip_error),
+        cmocka_unit_test(test_isa_select),
+        cmocka_unit_test(test_prepare_act_dot),
+        cmocka_unit_test(test_avx2_vs_ref),
+        cmocka_unit_test(test_axpy_isas),
+        cmocka_unit_test(test_scores_isas),
+        cmocka_unit_test(test_exp_kernels),
+        cmocka_unit_test(test_avx512_vs_ref),
+        cmocka_unit_test(test_oracle_q8_0),
+        cmocka_unit_test(test_oracle_q4_0),
+        cmocka_unit_test(test_oracle_kquants),
+        cmocka_unit_test(test_avx2_r8),
+        cmocka_unit_test(test_avx2_k8),
+        cmocka_unit_test(test_prefill_gemm_float),
+        cmocka_unit_test(test_prefill_gemm_float_avx512),
+        cmocka_unit_test(test_prefill_tiles_k),
+        cmocka_unit_test(test_avx512_batch_invariant),
+        cmocka_unit_test(test_packed_matmul),
+        cmocka_unit_test(test_f16_int),
         cmocka_unit_test(test_avx512_act_bytes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -203,75 +203,9 @@ AF_TARGET_AVX2 static AF_INLINE float dot_k4(int64_t n, const void *w, const voi
     return hsum8(acc) + hsum4(accm);
 }
 
-AF_TARGET_AVX2 static float dot_q4_k(int64_t n, const void *w, const void *x)
-{
-    return dot_k4(n, w, x, 0);
-}
-
 AF_TARGET_AVX2 static float dot_q5_k(int64_t n, const void *w, const void *x)
 {
     return dot_k4(n, w, x, 1);
-}
-
-/* The 8 scales of one Q6_K half as int16, in both 128-bit lanes. */
-AF_TARGET_AVX2 static AF_INLINE __m256i q6k_scales(const int8_t *sc8)
-{
-    return _mm256_broadcastsi128_si256(_mm_cvtepi8_epi16(_mm_loadl_epi64((const __m128i *)sc8)));
-}
-
-/* int16 vector of scale 2g in the low 128-bit lane and scale 2g + 1 in the high lane. */
-AF_TARGET_AVX2 static AF_INLINE __m256i q6k_scale_pair(__m256i sc16, int g)
-{
-    const short lo = (short)(((4 * g + 1) << 8) | (4 * g));
-    const short hi = (short)(((4 * g + 3) << 8) | (4 * g + 2));
-    return _mm256_shuffle_epi8(sc16, _mm256_set_m128i(_mm_set1_epi16(hi), _mm_set1_epi16(lo)));
-}
-
-/* The 4 x 32 six-bit levels (0..63) of one 128-element half of a Q6_K block. */
-AF_TARGET_AVX2 static AF_INLINE void q6k_unpack(const uint8_t *ql, const uint8_t *qhp, __m256i *q)
-{
-    const __m256i m4 = _mm256_set1_epi8(0xF), m3 = _mm256_set1_epi8(3);
-    const __m256i l0 = load32(ql), l1 = load32(ql + 32), qh = load32(qhp);
-    q[0] =
-        _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_slli_epi16(_mm256_and_si256(qh, m3), 4));
-    q[1] = _mm256_or_si256(_mm256_and_si256(l1, m4),
-                           _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), m3), 4));
-    q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
-                           _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), m3), 4));
-    q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
-                           _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), m3), 4));
-}
-
-/* 32 * sum_j sc_j * bsums_j over the 16 sub-blocks, as 8 int32 lanes (sum them for the total). */
-AF_TARGET_AVX2 static AF_INLINE __m256i q6k_offset(const struct blk_q6_k *a,
-                                                   const struct blk_q8_k *y)
-{
-    const __m256i sc = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)a->scales));
-    return _mm256_slli_epi32(_mm256_madd_epi16(load32(y->bsums), sc), 5);
-}
-
-AF_TARGET_AVX2 static float dot_q6_k(int64_t n, const void *w, const void *x)
-{
-    const struct blk_q6_k *a = w;
-    const struct blk_q8_k *b = x;
-    __m256 acc = _mm256_setzero_ps();
-    for (int64_t i = 0; i < n / QK_K; i++) {
-        /* levels are stored + 32: subtract 32 * sum_j sc_j * bsum_j once per block */
-        __m256i sumi = _mm256_sub_epi32(_mm256_setzero_si256(), q6k_offset(&a[i], &b[i]));
-        for (int h = 0; h < 2; h++) {
-            const uint8_t *ql = a[i].ql + 64 * h;
-            const __m256i sc16 = q6k_scales(a[i].scales + 8 * h);
-            const int8_t *y = b[i].qs + 128 * h;
-            __m256i q[4];
-            q6k_unpack(ql, a[i].qh + 32 * h, q);
-            for (int g = 0; g < 4; g++) {
-                const __m256i p = _mm256_maddubs_epi16(q[g], load32(y + 32 * g));
-                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, q6k_scale_pair(sc16, g)));
-            }
-        }
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(b[i].d * h2f(a[i].d)), _mm256_cvtepi32_ps(sumi), acc);
-    }
-    return hsum8(acc);
 }
 
 /* ---- K-quant prefill: 1 weight row x KT_X tokens, the weight unpacked once per block ----- */
@@ -374,16 +308,6 @@ AF_TARGET_AVX2 static AF_INLINE void matmul_k(int kind, const void *W, size_t wb
     }
 }
 
-AF_TARGET_AVX2 static void matmul_q4_k(const void *W, size_t wbytes, int64_t k, const void *X,
-                                       size_t xbytes, int64_t m, float *out, int64_t ldo,
-                                       int64_t r0, int64_t r1)
-{
-    if (m == 1)
-        quant_matmul_loop(dot_q4_k, W, wbytes, k, X, xbytes, m, out, ldo, r0, r1);
-    else
-        quant_avx2_prefill_q4_k(W, wbytes, k, X, xbytes, m, out, ldo, r0, r1);
-}
-
 AF_TARGET_AVX2 static void matmul_q5_k(const void *W, size_t wbytes, int64_t k, const void *X,
                                        size_t xbytes, int64_t m, float *out, int64_t ldo,
                                        int64_t r0, int64_t r1)
@@ -392,16 +316,6 @@ AF_TARGET_AVX2 static void matmul_q5_k(const void *W, size_t wbytes, int64_t k, 
         quant_matmul_loop(dot_q5_k, W, wbytes, k, X, xbytes, m, out, ldo, r0, r1);
     else
         matmul_k(1, W, wbytes, k, X, xbytes, m, out, ldo, r0, r1);
-}
-
-AF_TARGET_AVX2 static void matmul_q6_k(const void *W, size_t wbytes, int64_t k, const void *X,
-                                       size_t xbytes, int64_t m, float *out, int64_t ldo,
-                                       int64_t r0, int64_t r1)
-{
-    if (m == 1)
-        quant_matmul_loop(dot_q6_k, W, wbytes, k, X, xbytes, m, out, ldo, r0, r1);
-    else
-        quant_avx2_prefill_q6_k(W, wbytes, k, X, xbytes, m, out, ldo, r0, r1);
 }
 
 AF_TARGET_AVX2 static void axpy_avx2(int64_t n, float a, const float *x, float *y)
@@ -580,9 +494,9 @@ const struct quant_kernels quant_kernels_avx2 = {
             [GGML_TYPE_Q5_0] = quant_avx2_dot_q5_0,
             [GGML_TYPE_Q5_1] = dot_q5_1,
             [GGML_TYPE_Q8_0] = quant_avx2_dot_q8_0,
-            [GGML_TYPE_Q4_K] = dot_q4_k,
+            [GGML_TYPE_Q4_K] = quant_avx2_dot_q4_k,
             [GGML_TYPE_Q5_K] = dot_q5_k,
-            [GGML_TYPE_Q6_K] = dot_q6_k,
+            [GGML_TYPE_Q6_K] = quant_avx2_dot_q6_k,
         },
     .matmul =
         {
@@ -592,24 +506,32 @@ const struct quant_kernels quant_kernels_avx2 = {
             [GGML_TYPE_Q4_0] = quant_avx2_matmul_q4_0,
             [GGML_TYPE_Q5_0] = quant_avx2_matmul_q5_0,
             [GGML_TYPE_Q8_0] = quant_avx2_matmul_q8_0,
-            [GGML_TYPE_Q4_K] = matmul_q4_k,
+            [GGML_TYPE_Q4_K] = quant_avx2_matmul_q4_k,
             [GGML_TYPE_Q5_K] = matmul_q5_k,
-            [GGML_TYPE_Q6_K] = matmul_q6_k,
+            [GGML_TYPE_Q6_K] = quant_avx2_matmul_q6_k,
         },
     /* quant_avx2_r8.c: 8 rows in the lanes, the AVX-512 kernels' chain (a lone token's bits are
      * a batch's) */
-    .m1_invariant = {[GGML_TYPE_Q8_0] = 1, [GGML_TYPE_Q4_0] = 1, [GGML_TYPE_Q5_0] = 1},
+    .m1_invariant = {[GGML_TYPE_Q8_0] = 1,
+                     [GGML_TYPE_Q4_0] = 1,
+                     [GGML_TYPE_Q5_0] = 1,
+                     [GGML_TYPE_Q4_K] = 1,
+                     [GGML_TYPE_Q6_K] = 1},
     .pack =
         {
             [GGML_TYPE_Q8_0] = quant_avx2_pack_q8_0,
             [GGML_TYPE_Q4_0] = quant_avx2_pack_q4_0,
             [GGML_TYPE_Q5_0] = quant_avx2_pack_q5_0,
+            [GGML_TYPE_Q4_K] = quant_avx2_pack_q4_k,
+            [GGML_TYPE_Q6_K] = quant_avx2_pack_q6_k,
         },
     .matmul_packed =
         {
             [GGML_TYPE_Q8_0] = quant_avx2_matmul_packed_q8_0,
             [GGML_TYPE_Q4_0] = quant_avx2_matmul_packed_q4_0,
             [GGML_TYPE_Q5_0] = quant_avx2_matmul_packed_q5_0,
+            [GGML_TYPE_Q4_K] = quant_avx2_matmul_packed_q4_k,
+            [GGML_TYPE_Q6_K] = quant_avx2_matmul_packed_q6_k,
         },
 };
 

@@ -166,6 +166,36 @@ AF_TARGET_AVX2 static AF_INLINE __m256i k8_bcast(const int8_t *p)
     return _mm256_set1_epi32(v);
 }
 
+/* One token's block chain step: acc advanced by fma(d x yd, S, acc) and, for Q4_K, by
+ * fma(-(dmin x yd), M, acc), S the sub-block products summed with their scales (Q6_K: less
+ * 32 x sum_s sc_s x bsum_s, here), M the mins against the activations' sub-block sums. */
+AF_TARGET_AVX2 static AF_INLINE void k8_finish(int kind, const struct k8_blk *B,
+                                               const struct blk_q8_k *y, __m256i S, __m256 *acc)
+{
+    const __m256 yd = _mm256_set1_ps(y->d);
+    if (kind == 2) { /* the pair (bsum 2j, bsum 2j + 1) is dword j of the bsums */
+        __m256i C = _mm256_setzero_si256();
+#pragma GCC unroll 8
+        for (int j = 0; j < 8; j++)
+            C = _mm256_add_epi32(
+                C, _mm256_madd_epi16(B->scp[j], k8_bcast((const int8_t *)(y->bsums + 2 * j))));
+        S = _mm256_sub_epi32(S, _mm256_slli_epi32(C, 5));
+    }
+    *acc = _mm256_fmadd_ps(_mm256_mul_ps(B->d, yd), _mm256_cvtepi32_ps(S), *acc);
+    if (kind == 0) { /* dword i of the pairwise sums: (sub-block 2i's sum, 2i + 1's), i = 0, 1
+                      * in the low lane, 2, 3 in the high one */
+        const __m256i bs = _mm256_loadu_si256((const __m256i *)y->bsums);
+        const __m256i h = _mm256_hadd_epi16(bs, bs);
+        __m256i M = _mm256_setzero_si256();
+#pragma GCC unroll 4
+        for (int i = 0; i < 4; i++)
+            M = _mm256_add_epi32(
+                M, _mm256_madd_epi16(B->mn[i], _mm256_permutevar8x32_epi32(
+                                                   h, _mm256_set1_epi32(i < 2 ? i : i + 2))));
+        *acc = _mm256_fnmadd_ps(_mm256_mul_ps(B->dmin, yd), _mm256_cvtepi32_ps(M), *acc);
+    }
+}
+
 /* nc (<= K8_C) tokens' block against B: acc[c] advanced by the block's chain; ys[c] the
  * tokens' Q8_K blocks. */
 AF_TARGET_AVX2 static AF_INLINE void k8_tokens(int kind, int nc, const struct k8_blk *B,
@@ -211,30 +241,8 @@ AF_TARGET_AVX2 static AF_INLINE void k8_tokens(int kind, int nc, const struct k8
         }
     }
 #pragma GCC unroll 4
-    for (int c = 0; c < nc; c++) {
-        const __m256 yd = _mm256_set1_ps(ys[c]->d);
-        const int16_t *bs = ys[c]->bsums;
-        if (kind == 2) { /* S -= 32 x sum_s sc_s x bsum_s */
-            __m256i C = _mm256_setzero_si256();
-#pragma GCC unroll 8
-            for (int j = 0; j < 8; j++)
-                C = _mm256_add_epi32(
-                    C, _mm256_madd_epi16(B->scp[j],
-                                         _mm256_set1_epi32(k8_pair(bs[2 * j], bs[2 * j + 1]))));
-            S[c] = _mm256_sub_epi32(S[c], _mm256_slli_epi32(C, 5));
-        }
-        acc[c] = _mm256_fmadd_ps(_mm256_mul_ps(B->d, yd), _mm256_cvtepi32_ps(S[c]), acc[c]);
-        if (kind == 0) {
-            __m256i M = _mm256_setzero_si256();
-#pragma GCC unroll 4
-            for (int i = 0; i < 4; i++) {
-                const int a = bs[4 * i] + bs[4 * i + 1], e = bs[4 * i + 2] + bs[4 * i + 3];
-                M = _mm256_add_epi32(M,
-                                     _mm256_madd_epi16(B->mn[i], _mm256_set1_epi32(k8_pair(a, e))));
-            }
-            acc[c] = _mm256_fnmadd_ps(_mm256_mul_ps(B->dmin, yd), _mm256_cvtepi32_ps(M), acc[c]);
-        }
-    }
+    for (int c = 0; c < nc; c++)
+        k8_finish(kind, B, ys[c], S[c], &acc[c]);
 }
 
 /* Tokens c0 .. c0 + nc - 1 of the chunk against B (block b), acc their accumulators. */
@@ -303,18 +311,420 @@ AF_TARGET_AVX2 static AF_INLINE void k8_matmul(int kind, const void *W, size_t w
     }
 }
 
-AF_TARGET_AVX2 void quant_avx2_prefill_q4_k(const void *W, size_t wbytes, int64_t k, const void *X,
-                                            size_t xbytes, int64_t m, float *out, int64_t ldo,
-                                            int64_t r0, int64_t r1)
+/* ---- The packed form ---------------------------------------------------------------------
+ * quant_pack: 16-row groups (the dispatcher's unit; the last padded with copies of the last
+ * row), each two halves of 8 rows, each half its blocks in order, so that a lone token reads one
+ * stream. What k8_unpack transposes, stored transposed (T[i] lane r = dword i of row r's bytes):
+ *   Q4_K, 1152 bytes (8 x 144): the 16 header bytes (d, dmin, the 12 scale bytes), T[0..3]; the
+ *         nibbles of chunk c (qs + 32c), T[0..7], for c = 0..3;
+ *   Q6_K, 1664 bytes: ql + 64h + 32j, T[0..7], for h, j = 0..1; qh + 32h, T[0..7], for h = 0..1;
+ *         the 16 scale bytes, T[0..3]; the 8 rows' fp16 d of every block follow the half's
+ *         blocks (16 bytes a block, the run padded to 32), 8 x 210 in all.
+ * The header is decoded and the nibbles split per call: the form is the rows' own size, and a
+ * decode reads no more bytes than the rows hold. */
+
+#define K8_PF 8192 /* bytes ahead of the weight stream to prefetch */
+
+/* 16 bytes at offset o of the 8 rows rp[0..7]: T[i] lane r = dword i of row r's bytes. */
+AF_TARGET_AVX2 static AF_INLINE void k8_t16(const uint8_t *const *rp, size_t o, __m256i T[4])
 {
-    k8_matmul(0, W, wbytes, k, X, xbytes, m, out, ldo, r0, r1);
+    __m256i v[4];
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; j++) /* 128-bit lanes: row j, row j + 4 */
+        v[j] = _mm256_set_m128i(_mm_loadu_si128((const __m128i *)(rp[j + 4] + o)),
+                                _mm_loadu_si128((const __m128i *)(rp[j] + o)));
+    const __m256i t0 = _mm256_unpacklo_epi32(v[0], v[1]), t1 = _mm256_unpackhi_epi32(v[0], v[1]);
+    const __m256i t2 = _mm256_unpacklo_epi32(v[2], v[3]), t3 = _mm256_unpackhi_epi32(v[2], v[3]);
+    T[0] = _mm256_unpacklo_epi64(t0, t2);
+    T[1] = _mm256_unpackhi_epi64(t0, t2);
+    T[2] = _mm256_unpacklo_epi64(t1, t3);
+    T[3] = _mm256_unpackhi_epi64(t1, t3);
 }
 
-AF_TARGET_AVX2 void quant_avx2_prefill_q6_k(const void *W, size_t wbytes, int64_t k, const void *X,
-                                            size_t xbytes, int64_t m, float *out, int64_t ldo,
-                                            int64_t r0, int64_t r1)
+static inline size_t k8_hb(int kind)
 {
-    k8_matmul(2, W, wbytes, k, X, xbytes, m, out, ldo, r0, r1);
+    return kind == 0 ? 1152 : 1664;
 }
+
+/* The bytes of a packed half of nb blocks (a group holds two). */
+static inline size_t k8_half(int kind, int64_t nb)
+{
+    return (size_t)nb * k8_hb(kind) + (kind == 2 ? ((size_t)nb * 16 + 31) / 32 * 32 : 0);
+}
+
+AF_TARGET_AVX2 static AF_INLINE void k8_store(uint8_t *o, const __m256i *v, int n)
+{
+    for (int i = 0; i < n; i++)
+        _mm256_storeu_si256((__m256i *)(o + 32 * i), v[i]);
+}
+
+/* The nb blocks of the 8 rows rp[0..7] into the packed half o. */
+AF_TARGET_AVX2 static void k8_pack_half(int kind, const uint8_t *const *rp, int64_t nb, uint8_t *o)
+{
+    const size_t hb = k8_hb(kind);
+    __m256i T[8];
+    if (kind == 2)
+        memset(o + (size_t)nb * hb, 0, k8_half(kind, nb) - (size_t)nb * hb);
+    for (int64_t b = 0; b < nb; b++) {
+        uint8_t *ob = o + (size_t)b * hb;
+        if (kind == 0) {
+            const size_t s = (size_t)b * sizeof(struct blk_q4_k);
+            k8_t16(rp, s, T);
+            k8_store(ob, T, 4);
+            for (int c = 0; c < 4; c++) {
+                k8_t32(rp, s + offsetof(struct blk_q4_k, qs) + 32 * (size_t)c, T);
+                k8_store(ob + 128 + 256 * (size_t)c, T, 8);
+            }
+            continue;
+        }
+        const size_t s = (size_t)b * sizeof(struct blk_q6_k);
+        for (int h = 0; h < 2; h++) {
+            for (int j = 0; j < 2; j++) {
+                k8_t32(rp, s + offsetof(struct blk_q6_k, ql) + 64 * (size_t)h + 32 * (size_t)j, T);
+                k8_store(ob + 512 * (size_t)h + 256 * (size_t)j, T, 8);
+            }
+            k8_t32(rp, s + offsetof(struct blk_q6_k, qh) + 32 * (size_t)h, T);
+            k8_store(ob + 1024 + 256 * (size_t)h, T, 8);
+        }
+        k8_t16(rp, s + offsetof(struct blk_q6_k, scales), T);
+        k8_store(ob + 1536, T, 4);
+        uint8_t *od = o + (size_t)nb * hb + 16 * (size_t)b;
+        for (int r = 0; r < 8; r++)
+            memcpy(od + 2 * r, rp[r] + s + offsetof(struct blk_q6_k, d), 2);
+    }
+}
+
+AF_TARGET_AVX2 static AF_INLINE __m256i k8_bits(__m256i v, int shift, int mask)
+{
+    return _mm256_and_si256(_mm256_srli_epi32(v, shift), _mm256_set1_epi32(mask));
+}
+
+/* B's scales, mins and d of packed block ob (dt: the block's 8 fp16 d, Q6_K). */
+AF_TARGET_AVX2 static AF_INLINE void k8_phdr(int kind, const uint8_t *ob, const uint8_t *dt,
+                                             struct k8_blk *B)
+{
+    __m256i P[4];
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++)
+        P[i] = _mm256_loadu_si256((const __m256i *)(ob + (kind == 0 ? 0 : 1536) + 32 * i));
+    if (kind == 0) { /* quant_scale_min_k4 on 8 rows: P[1..3] hold the 12 scale bytes */
+        const __m256i dd = _mm256_permute4x64_epi64(
+            _mm256_packus_epi32(_mm256_and_si256(P[0], _mm256_set1_epi32(0xFFFF)),
+                                _mm256_srli_epi32(P[0], 16)),
+            0xD8);
+        B->d = _mm256_cvtph_ps(_mm256_castsi256_si128(dd));
+        B->dmin = _mm256_cvtph_ps(_mm256_extracti128_si256(dd, 1));
+        __m256i mn[8];
+#pragma GCC unroll 4
+        for (int j = 0; j < 4; j++) {
+            const __m256i lo = k8_bits(P[1], 8 * j, 63);
+            const __m256i hi = _mm256_or_si256(k8_bits(P[3], 8 * j, 0xF),
+                                               _mm256_slli_epi32(k8_bits(P[1], 8 * j + 6, 3), 4));
+            B->sc[j] = _mm256_or_si256(lo, _mm256_slli_epi32(lo, 16));
+            B->sc[4 + j] = _mm256_or_si256(hi, _mm256_slli_epi32(hi, 16));
+            mn[j] = k8_bits(P[2], 8 * j, 63);
+            mn[4 + j] = _mm256_or_si256(k8_bits(P[3], 8 * j + 4, 0xF),
+                                        _mm256_slli_epi32(k8_bits(P[2], 8 * j + 6, 3), 4));
+        }
+#pragma GCC unroll 4
+        for (int i = 0; i < 4; i++)
+            B->mn[i] = _mm256_or_si256(mn[2 * i], _mm256_slli_epi32(mn[2 * i + 1], 16));
+        return;
+    }
+    const __m256i lo16 = _mm256_set1_epi32(0xFFFF);
+    __m256i v[16];
+#pragma GCC unroll 16
+    for (int s = 0; s < 16; s++) { /* the signed scale bytes, sign-extended */
+        v[s] = _mm256_srai_epi32(_mm256_slli_epi32(P[s / 4], 24 - 8 * (s % 4)), 24);
+        B->sc[s] = _mm256_or_si256(_mm256_and_si256(v[s], lo16), _mm256_slli_epi32(v[s], 16));
+    }
+#pragma GCC unroll 8
+    for (int j = 0; j < 8; j++)
+        B->scp[j] =
+            _mm256_or_si256(_mm256_and_si256(v[2 * j], lo16), _mm256_slli_epi32(v[2 * j + 1], 16));
+    B->d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)dt));
+    B->dmin = _mm256_setzero_ps();
+}
+
+/* Q6_K levels of group 4h + g, register i, from ql chunks L0 (j = 0), L1 (j = 1) and qh H. */
+AF_TARGET_AVX2 static AF_INLINE __m256i k8_lev6(__m256i L0, __m256i L1, __m256i H, int g)
+{
+    const __m256i m4 = _mm256_set1_epi8(0xF), m30 = _mm256_set1_epi8(0x30);
+    switch (g) {
+    case 0:
+        return _mm256_or_si256(_mm256_and_si256(L0, m4),
+                               _mm256_and_si256(_mm256_slli_epi16(H, 4), m30));
+    case 1:
+        return _mm256_or_si256(_mm256_and_si256(L1, m4),
+                               _mm256_and_si256(_mm256_slli_epi16(H, 2), m30));
+    case 2:
+        return _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(L0, 4), m4),
+                               _mm256_and_si256(H, m30));
+    default:
+        return _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(L1, 4), m4),
+                               _mm256_and_si256(_mm256_srli_epi16(H, 2), m30));
+    }
+}
+
+AF_TARGET_AVX2 static AF_INLINE __m256i k8_ld(const uint8_t *p)
+{
+    return _mm256_loadu_si256((const __m256i *)p);
+}
+
+/* B's levels from packed block ob: what k8_unpack gives. */
+AF_TARGET_AVX2 static AF_INLINE void k8_plev(int kind, const uint8_t *ob, struct k8_blk *B)
+{
+    const __m256i m4 = _mm256_set1_epi8(0xF);
+    if (kind == 0) {
+#pragma GCC unroll 4
+        for (int c = 0; c < 4; c++)
+#pragma GCC unroll 8
+            for (int i = 0; i < 8; i++) {
+                const __m256i T = k8_ld(ob + 128 + 256 * c + 32 * i);
+                B->w[16 * c + i] = _mm256_and_si256(T, m4);
+                B->w[16 * c + 8 + i] = _mm256_and_si256(_mm256_srli_epi16(T, 4), m4);
+            }
+        return;
+    }
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; h++)
+#pragma GCC unroll 8
+        for (int i = 0; i < 8; i++) {
+            const __m256i L0 = k8_ld(ob + 512 * h + 32 * i),
+                          L1 = k8_ld(ob + 512 * h + 256 + 32 * i);
+            const __m256i H = k8_ld(ob + 1024 + 256 * h + 32 * i);
+#pragma GCC unroll 4
+            for (int g = 0; g < 4; g++)
+                B->w[32 * h + 8 * g + i] = k8_lev6(L0, L1, H, g);
+        }
+}
+
+/* nc (1 or 2) tokens against packed block ob, the levels split in registers (no B.w round
+ * trip: a decode's whole cost is here); B holds the block's header. */
+AF_TARGET_AVX2 static AF_INLINE void k8_fused(int kind, int nc, const uint8_t *ob,
+                                              const struct k8_blk *B,
+                                              const struct blk_q8_k *const *ys, __m256 *acc)
+{
+    __m256i S[2];
+#pragma GCC unroll 2
+    for (int c = 0; c < nc; c++)
+        S[c] = _mm256_setzero_si256();
+    if (kind == 0) {
+        const __m256i m4 = _mm256_set1_epi8(0xF);
+#pragma GCC unroll 1
+        for (int q = 0; q < 4; q++) { /* groups 2q (low nibbles) and 2q + 1 */
+            __m256i sa[2], sb[2];
+#pragma GCC unroll 2
+            for (int c = 0; c < nc; c++)
+                sa[c] = sb[c] = _mm256_setzero_si256();
+#pragma GCC unroll 8
+            for (int i = 0; i < 8; i++) {
+                const __m256i T = k8_ld(ob + 128 + 256 * q + 32 * i);
+                const __m256i lo = _mm256_and_si256(T, m4);
+                const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(T, 4), m4);
+#pragma GCC unroll 2
+                for (int c = 0; c < nc; c++) {
+                    const int8_t *y = ys[c]->qs + 64 * q + 4 * i;
+                    sa[c] = _mm256_add_epi16(sa[c], _mm256_maddubs_epi16(lo, k8_bcast(y)));
+                    sb[c] = _mm256_add_epi16(sb[c], _mm256_maddubs_epi16(hi, k8_bcast(y + 32)));
+                }
+            }
+#pragma GCC unroll 2
+            for (int c = 0; c < nc; c++)
+                S[c] = _mm256_add_epi32(
+                    S[c], _mm256_add_epi32(_mm256_madd_epi16(sa[c], B->sc[2 * q]),
+                                           _mm256_madd_epi16(sb[c], B->sc[2 * q + 1])));
+        }
+    } else {
+#pragma GCC unroll 1
+        for (int h = 0; h < 2; h++)
+#pragma GCC unroll 1
+            for (int i = 0; i < 8; i += 2) { /* sub-blocks 8h + 2g + i / 4, g = 0..3 */
+                const __m256i L0a = k8_ld(ob + 512 * h + 32 * i),
+                              L0b = k8_ld(ob + 512 * h + 32 * i + 32);
+                const __m256i L1a = k8_ld(ob + 512 * h + 256 + 32 * i);
+                const __m256i L1b = k8_ld(ob + 512 * h + 256 + 32 * i + 32);
+                const __m256i Ha = k8_ld(ob + 1024 + 256 * h + 32 * i);
+                const __m256i Hb = k8_ld(ob + 1024 + 256 * h + 32 * i + 32);
+#pragma GCC unroll 4
+                for (int g = 0; g < 4; g++) {
+                    const int G = 4 * h + g;
+                    const __m256i wa = k8_lev6(L0a, L1a, Ha, g), wb = k8_lev6(L0b, L1b, Hb, g);
+                    const __m256i sc = B->sc[2 * G + i / 4];
+#pragma GCC unroll 2
+                    for (int c = 0; c < nc; c++) {
+                        const int8_t *y = ys[c]->qs + 32 * G + 4 * i;
+                        const __m256i s16 =
+                            _mm256_add_epi16(_mm256_maddubs_epi16(wa, k8_bcast(y)),
+                                             _mm256_maddubs_epi16(wb, k8_bcast(y + 4)));
+                        S[c] = _mm256_add_epi32(S[c], _mm256_madd_epi16(s16, sc));
+                    }
+                }
+            }
+    }
+#pragma GCC unroll 2
+    for (int c = 0; c < nc; c++)
+        k8_finish(kind, B, ys[c], S[c], &acc[c]);
+}
+
+/* Rows [r0, r1) (r0 a multiple of 16) of the packed P (nb blocks a row) against m tokens. */
+AF_TARGET_AVX2 static AF_INLINE void k8_matmul_packed(int kind, const uint8_t *P, int64_t nb,
+                                                      const uint8_t *X, size_t xbytes, int64_t m,
+                                                      float *out, int64_t ldo, int64_t r0,
+                                                      int64_t r1)
+{
+    const size_t hb = k8_hb(kind), half = k8_half(kind, nb);
+    struct k8_blk B __attribute__((aligned(32)));
+    __m256 acc[K8_TC];
+    for (int64_t j0 = 0; j0 < m; j0 += K8_TC) {
+        const int64_t tc = m - j0 < K8_TC ? m - j0 : K8_TC;
+        const uint8_t *Xc = X + (size_t)j0 * xbytes;
+        for (int64_t r = r0; r < r1; r += 8) {
+            const int nr = r1 - r < 8 ? (int)(r1 - r) : 8;
+            const uint8_t *hp = P + (size_t)(r / 8) * half, *dt = hp + (size_t)nb * hb;
+            for (int64_t c = 0; c < tc; c++)
+                acc[c] = _mm256_setzero_ps();
+            for (int64_t b = 0; b < nb; b++) {
+                const uint8_t *ob = hp + (size_t)b * hb;
+                for (size_t l = 0; l < hb; l += 64)
+                    _mm_prefetch((const char *)ob + K8_PF + l, _MM_HINT_T1);
+                k8_phdr(kind, ob, dt + 16 * (size_t)b, &B);
+                if (tc <= 2) {
+                    const struct blk_q8_k *ys[2];
+                    for (int64_t c = 0; c < tc; c++)
+                        ys[c] = (const struct blk_q8_k *)(Xc + (size_t)c * xbytes) + b;
+                    if (tc == 1)
+                        k8_fused(kind, 1, ob, &B, ys, acc);
+                    else
+                        k8_fused(kind, 2, ob, &B, ys, acc);
+                    continue;
+                }
+                k8_plev(kind, ob, &B);
+                for (int64_t c0 = 0; c0 < tc; c0 += K8_C) {
+                    const int nc = tc - c0 < K8_C ? (int)(tc - c0) : K8_C;
+                    switch (nc) {
+                    case 1:
+                        k8_pass(kind, 1, &B, Xc, xbytes, b, c0, acc);
+                        break;
+                    case 2:
+                        k8_pass(kind, 2, &B, Xc, xbytes, b, c0, acc);
+                        break;
+                    case 3:
+                        k8_pass(kind, 3, &B, Xc, xbytes, b, c0, acc);
+                        break;
+                    default:
+                        k8_pass(kind, 4, &B, Xc, xbytes, b, c0, acc);
+                        break;
+                    }
+                }
+            }
+            const __m256i mk = _mm256_cmpgt_epi32(_mm256_set1_epi32(nr),
+                                                  _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+            for (int64_t c = 0; c < tc; c++)
+                _mm256_maskstore_ps(out + (j0 + c) * ldo + r, mk, acc[c]);
+        }
+    }
+}
+
+/* vec_dot: the lanes' chain for one row and one token (the integer sums in any order: exact;
+ * the float steps as scalar instructions). The row-major matmul of a lone token runs it. */
+AF_TARGET_AVX2 static AF_INLINE float k8_dot(int kind, int64_t n, const void *w, const void *x)
+{
+    const struct blk_q8_k *y = x;
+    const __m256i m4 = _mm256_set1_epi8(0xF);
+    __m128 acc = _mm_setzero_ps();
+    for (int64_t b = 0; b < n / QK_K; b++) {
+        __m256i Sv = _mm256_setzero_si256();
+        int32_t M = 0, off = 0;
+        float d, dmin = 0.0f;
+        if (kind == 0) {
+            const struct blk_q4_k *a = (const struct blk_q4_k *)w + b;
+            for (int g = 0; g < 8; g++) {
+                uint8_t sc, mn;
+                quant_scale_min_k4(g, a->scales, &sc, &mn);
+                const __m256i q = k8_ld(a->qs + 32 * (g / 2));
+                const __m256i u =
+                    g % 2 ? _mm256_and_si256(_mm256_srli_epi16(q, 4), m4) : _mm256_and_si256(q, m4);
+                const __m256i p =
+                    _mm256_maddubs_epi16(u, k8_ld((const uint8_t *)(y[b].qs + 32 * g)));
+                Sv = _mm256_add_epi32(Sv, _mm256_madd_epi16(p, _mm256_set1_epi16((short)sc)));
+                M += mn * (y[b].bsums[2 * g] + y[b].bsums[2 * g + 1]);
+            }
+            d = _cvtsh_ss(a->d);
+            dmin = _cvtsh_ss(a->dmin);
+        } else {
+            const struct blk_q6_k *a = (const struct blk_q6_k *)w + b;
+            for (int h = 0; h < 2; h++) {
+                const __m256i L0 = k8_ld(a->ql + 64 * h), L1 = k8_ld(a->ql + 64 * h + 32);
+                const __m256i H = k8_ld(a->qh + 32 * h);
+                for (int g = 0; g < 4; g++) {
+                    const int G = 4 * h + g;
+                    const __m256i p = _mm256_maddubs_epi16(
+                        k8_lev6(L0, L1, H, g), k8_ld((const uint8_t *)(y[b].qs + 32 * G)));
+                    const __m256i sc = _mm256_set_m128i(_mm_set1_epi16(a->scales[2 * G + 1]),
+                                                        _mm_set1_epi16(a->scales[2 * G]));
+                    Sv = _mm256_add_epi32(Sv, _mm256_madd_epi16(p, sc));
+                }
+            }
+            for (int s = 0; s < 16; s++)
+                off += a->scales[s] * y[b].bsums[s];
+            d = _cvtsh_ss(a->d);
+        }
+        __m128i h = _mm_add_epi32(_mm256_castsi256_si128(Sv), _mm256_extracti128_si256(Sv, 1));
+        h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0x4E));
+        h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0xB1));
+        const int32_t S = (int32_t)((uint32_t)_mm_cvtsi128_si32(h) - 32u * (uint32_t)off);
+        const __m128 yd = _mm_set_ss(y[b].d);
+        acc = _mm_fmadd_ss(_mm_mul_ss(_mm_set_ss(d), yd), _mm_set_ss((float)S), acc);
+        if (kind == 0)
+            acc = _mm_fnmadd_ss(_mm_mul_ss(_mm_set_ss(dmin), yd), _mm_set_ss((float)M), acc);
+    }
+    return _mm_cvtss_f32(acc);
+}
+
+#define K8_ENTRIES(name, KIND)                                                                     \
+    AF_TARGET_AVX2 float quant_avx2_dot_##name(int64_t n, const void *w, const void *x)            \
+    {                                                                                              \
+        return k8_dot(KIND, n, w, x);                                                              \
+    }                                                                                              \
+    AF_TARGET_AVX2 void quant_avx2_matmul_##name(const void *W, size_t wbytes, int64_t k,          \
+                                                 const void *X, size_t xbytes, int64_t m,          \
+                                                 float *out, int64_t ldo, int64_t r0, int64_t r1)  \
+    {                                                                                              \
+        if (m == 1) /* the same chain row by row */                                                \
+            quant_matmul_loop(quant_avx2_dot_##name, W, wbytes, k, X, xbytes, m, out, ldo, r0,     \
+                              r1);                                                                 \
+        else                                                                                       \
+            k8_matmul(KIND, W, wbytes, k, X, xbytes, m, out, ldo, r0, r1);                         \
+    }                                                                                              \
+    AF_TARGET_AVX2 size_t quant_avx2_pack_##name(const void *W, size_t wbytes, int64_t rows,       \
+                                                 int64_t k, void *out)                             \
+    {                                                                                              \
+        const int64_t nb = k / QK_K;                                                               \
+        const size_t half = k8_half(KIND, nb);                                                     \
+        for (int64_t r = 0; out && r < rows; r += 8) {                                             \
+            const uint8_t *rp[8];                                                                  \
+            for (int j = 0; j < 8; j++)                                                            \
+                rp[j] = (const uint8_t *)W + (size_t)(r + j < rows ? r + j : rows - 1) * wbytes;   \
+            k8_pack_half(KIND, rp, nb, (uint8_t *)out + (size_t)(r / 8) * half);                   \
+        }                                                                                          \
+        if (out && (rows + 7) / 8 % 2) { /* the last group's second half: the last row */          \
+            const uint8_t *rp[8];                                                                  \
+            for (int j = 0; j < 8; j++)                                                            \
+                rp[j] = (const uint8_t *)W + (size_t)(rows - 1) * wbytes;                          \
+            k8_pack_half(KIND, rp, nb, (uint8_t *)out + (size_t)((rows + 7) / 8) * half);          \
+        }                                                                                          \
+        return (size_t)((rows + 15) / 16) * 2 * half;                                              \
+    }                                                                                              \
+    AF_TARGET_AVX2 void quant_avx2_matmul_packed_##name(                                           \
+        const void *P, int64_t rows, int64_t k, const void *X, size_t xbytes, int64_t m,           \
+        float *out, int64_t ldo, int64_t r0, int64_t r1)                                           \
+    {                                                                                              \
+        (void)rows;                                                                                \
+        k8_matmul_packed(KIND, P, k / QK_K, X, xbytes, m, out, ldo, r0, r1);                       \
+    }
+
+K8_ENTRIES(q4_k, 0)
+K8_ENTRIES(q6_k, 2)
 
 #endif

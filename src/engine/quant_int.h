@@ -143,9 +143,10 @@ extern const struct quant_kernels quant_kernels_avx512;
 void quant_avx512_act_q8_0(const float *x, void *y, int64_t nb);
 void quant_avx512_act_q8_k(const float *x, void *y, int64_t nb);
 
-/* The AVX2 Q8_0 / Q4_0 / Q5_0 kernels with 8 rows in the lanes (quant_avx2_r8.c): vec_dot,
- * matmul, the packed form and its matmul, all with the bits of the AVX-512 kernels. */
-#define QUANT_AVX2_R8(name)                                                                        \
+/* The AVX2 kernels with 8 rows in the lanes: Q8_0 / Q4_0 / Q5_0 (quant_avx2_r8.c) and Q4_K /
+ * Q6_K (quant_avx2_k8.c): vec_dot, matmul, the packed form and its matmul, all with the bits of
+ * the AVX-512 kernels. */
+#define QUANT_AVX2_ROWS8(name)                                                                     \
     float quant_avx2_dot_##name(int64_t n, const void *w, const void *x);                          \
     void quant_avx2_matmul_##name(const void *W, size_t wbytes, int64_t k, const void *X,          \
                                   size_t xbytes, int64_t m, float *out, int64_t ldo, int64_t r0,   \
@@ -155,17 +156,12 @@ void quant_avx512_act_q8_k(const float *x, void *y, int64_t nb);
     void quant_avx2_matmul_packed_##name(const void *P, int64_t rows, int64_t k, const void *X,    \
                                          size_t xbytes, int64_t m, float *out, int64_t ldo,        \
                                          int64_t r0, int64_t r1);
-QUANT_AVX2_R8(q8_0)
-QUANT_AVX2_R8(q4_0)
-QUANT_AVX2_R8(q5_0)
-#undef QUANT_AVX2_R8
-
-/* The AVX2 prefill (2+ tokens) of Q4_K and Q6_K with 8 rows in the lanes (quant_avx2_k8.c), with
- * the AVX-512 K kernels' bits. */
-void quant_avx2_prefill_q4_k(const void *W, size_t wbytes, int64_t k, const void *X, size_t xbytes,
-                             int64_t m, float *out, int64_t ldo, int64_t r0, int64_t r1);
-void quant_avx2_prefill_q6_k(const void *W, size_t wbytes, int64_t k, const void *X, size_t xbytes,
-                             int64_t m, float *out, int64_t ldo, int64_t r0, int64_t r1);
+QUANT_AVX2_ROWS8(q8_0)
+QUANT_AVX2_ROWS8(q4_0)
+QUANT_AVX2_ROWS8(q5_0)
+QUANT_AVX2_ROWS8(q4_k)
+QUANT_AVX2_ROWS8(q6_k)
+#undef QUANT_AVX2_ROWS8
 
 /* The AVX2 float kernels (quant_avx2_float.c), shared with quant_avx2.c's table. */
 float quant_avx2_dot_f32(int64_t n, const void *w, const void *x);
