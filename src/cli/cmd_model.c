@@ -38,8 +38,9 @@ static void model_usage(FILE *f)
             "  Sampling: --temp T (0 = greedy), --top-k K, --top-p P, --min-p P,\n"
             "  --freq-penalty F, --presence-penalty F, --seed S, --stop TEXT (repeatable),\n"
             "  --ignore-eos.\n"
-            "bench prints prefill and decode tokens/s on random token ids, and the time of a\n"
-            "  second prefill that shares a --prefix-token prefix with the first.\n"
+            "bench prints prefill and decode tokens/s on random token ids (decode as llama-bench's\n"
+            "  tg: -n steps from an empty context; tg_after_pp: after the -p prompt), and the\n"
+            "  time of a second prefill that shares a --prefix-token prefix with the first.\n"
             "merge folds a PEFT LoRA folder into the weights it adapts (W += alpha/r * B.A),\n"
             "  written in each tensor's own type or --type T (F32 F16 BF16 Q8_0 Q4_0 Q4_1\n"
             "  Q5_0 Q5_1 Q4_K Q5_K Q6_K); every other tensor and key is copied as it is.\n"
@@ -520,10 +521,15 @@ static int do_bench(struct model_args *a)
     size_t cap = (size_t)(np > prefix + 64 ? np : prefix + 64);
     int32_t *ids = malloc(cap * sizeof *ids), *ids2 = malloc(cap * sizeof *ids2);
     uint64_t st = 42;
-    struct af_engine_result r[4];
+    struct af_engine_result r[5];
     memset(r, 0, sizeof r);
     random_ids(ids, 16, nv, &st);
     code = bench_gen(e, ids, 16, 2, &r[0]); /* warm-up: page in the weights */
+    /* tg as llama-bench measures it: ng one-token steps from an empty context (a 1-token
+     * prompt, then ng decodes); then again after an np-token prompt, as an agent decodes */
+    random_ids(ids, 1, nv, &st);
+    if (!code)
+        code = bench_gen(e, ids, 1, ng + 1, &r[4]);
     random_ids(ids, (size_t)np, nv, &st);
     if (!code)
         code = bench_gen(e, ids, (size_t)np, ng + 1, &r[1]);
@@ -536,14 +542,16 @@ static int do_bench(struct model_args *a)
         code = bench_gen(e, ids2, (size_t)prefix + 64, 1, &r[3]);
     if (!code) {
         double pp = (double)np / (r[1].prefill_ms / 1000.0);
-        double tg = (double)ng / (r[1].decode_ms / 1000.0);
+        double tg = (double)ng / (r[4].decode_ms / 1000.0);
+        double tg_pp = (double)ng / (r[1].decode_ms / 1000.0);
         printf("{\"model\":\"%s\",\"threads\":%d,\"pp\":%ld,\"pp_tokens_per_s\":%.2f,\"tg\":%d,"
-               "\"tg_tokens_per_s\":%.2f,\"prefix\":%ld,\"first_prefill_ms\":%.2f,"
-               "\"second_prefill_ms\":%.2f,\"second_cached_tokens\":%zu,\"ratio\":%.4f}\n",
-               a->pos[0], a->ep.n_threads, np, pp, ng, tg, prefix, r[2].prefill_ms, r[3].prefill_ms,
-               r[3].n_cached, r[3].prefill_ms / r[2].prefill_ms);
+               "\"tg_tokens_per_s\":%.2f,\"tg_after_pp_tokens_per_s\":%.2f,\"prefix\":%ld,"
+               "\"first_prefill_ms\":%.2f,\"second_prefill_ms\":%.2f,"
+               "\"second_cached_tokens\":%zu,\"ratio\":%.4f}\n",
+               a->pos[0], a->ep.n_threads, np, pp, ng, tg, tg_pp, prefix, r[2].prefill_ms,
+               r[3].prefill_ms, r[3].n_cached, r[3].prefill_ms / r[2].prefill_ms);
     }
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < 5; i++)
         af_engine_result_deinit(&r[i]);
     free(ids);
     free(ids2);
