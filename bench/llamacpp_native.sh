@@ -4,11 +4,15 @@
 # node-llama-cpp (the npm package .ci/run installs into build/llamacpp) carries llama.cpp's
 # source as a git bundle. This script builds llama-bench from it with -march=native (once, into
 # $LLCPP, about 5 minutes on 2 cores; cmake, g++ and git needed) and then alternates, per type
-# and pass, `llama-bench -m M -p PP -n TG -t T -r 1` with `agentflow model bench M -p PP -n TG
-# -t T` on the random Qwen2.5-0.5B-shaped files of bench/engine (made when missing). Prints one
-# line per run and a table of the best of the passes with the ratios (docs/PERFORMANCE.md).
+# and pass, `llama-bench -m M -p PP -n TG -t T -r 1` (and `-p 0 -n TG -d PP`: decode at a depth
+# of PP tokens) with `agentflow model bench M -p PP -n TG -t T` on the random Qwen2.5-0.5B-shaped
+# files of bench/engine (made when missing). Prints one line per run and a table of the best of
+# the passes with the ratios (docs/PERFORMANCE.md). tg is TG one-token steps from an empty
+# context on both sides; tg@PP the same after a PP-token prompt (ours: tg_after_pp).
 #
 # Environment: TYPES ("F32 F16 Q8_0 Q4_0 Q4_K_M"), PASSES (3), PP (512), TG (128), THREADS (2),
+# SHAPE (qwen2.5-0.5b; any make-random shape, e.g. custom:16,1024,16,4,2816, whose 1,024-wide
+# rows make a Q4_K_M file of K-quants as a 7B's is),
 # DIR (/tmp/agentflow-bench), LLCPP (build/llamacpp-native), NLC_DIR (build/llamacpp), AF
 # (build/agentflow), ISA (native). ISA=avx2 compares the AVX2 kernels of both, as on a Zen 3
 # host: llama.cpp built with AVX2, FMA, F16C and BMI2 only (no AVX-512, no AVX-VNNI; into
@@ -16,7 +20,8 @@
 # needed: both sides spin their threads.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-TYPES=${TYPES:-F32 F16 Q8_0 Q4_0 Q4_K_M}
+TYPES=${TYPES:-F32 F16 Q8_0 Q4_0 Q4_K_M} SHAPE=${SHAPE:-qwen2.5-0.5b}
+NAME=$(echo "$SHAPE" | tr ':,' '--')
 PASSES=${PASSES:-3} PP=${PP:-512} TG=${TG:-128} THREADS=${THREADS:-2}
 DIR=${DIR:-/tmp/agentflow-bench} LLCPP=${LLCPP:-build/llamacpp-native}
 NLC_DIR=${NLC_DIR:-build/llamacpp} AF=${AF:-build/agentflow} ISA=${ISA:-native}
@@ -55,31 +60,36 @@ echo "llama.cpp: $(git -C "$LLCPP" log --format=%h -1), built $ISA; ours: $(git 
 
 mkdir -p "$DIR"
 for t in $TYPES; do
-    M=$DIR/qwen2.5-0.5b-$t.gguf
-    [ -f "$M" ] || "$AF" model make-random --arch qwen2 --shape qwen2.5-0.5b --type "$t" --seed 1 \
+    M=$DIR/$NAME-$t.gguf
+    [ -f "$M" ] || "$AF" model make-random --arch qwen2 --shape "$SHAPE" --type "$t" --seed 1 \
         --vocab-from "$VOCAB" "$M" >/dev/null
 done
 
+# the avg_ts column of llama-bench's csv rows
+ts() {
+    awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) { gsub(/"/, "", $i); if ($i == "avg_ts") c = i }; next }
+             { gsub(/"/, "", $c); printf "%s ", $c }'
+}
 res=$(mktemp)
 trap 'rm -f "$res"' EXIT
 for pass in $(seq "$PASSES"); do
     for t in $TYPES; do
-        M=$DIR/qwen2.5-0.5b-$t.gguf
-        l=$("$LB" -m "$M" -p "$PP" -n "$TG" -t "$THREADS" -r 1 -o csv 2>/dev/null |
-            awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) { gsub(/"/, "", $i); if ($i == "avg_ts") c = i }; next }
-                     { gsub(/"/, "", $c); printf "%s ", $c }')
+        M=$DIR/$NAME-$t.gguf
+        l=$("$LB" -m "$M" -p "$PP" -n "$TG" -t "$THREADS" -r 1 -o csv 2>/dev/null | ts)
+        ld=$("$LB" -m "$M" -p 0 -n "$TG" -d "$PP" -t "$THREADS" -r 1 -o csv 2>/dev/null | ts)
         o=$("$AF" model bench "$M" -p "$PP" -n "$TG" -t "$THREADS" 2>/dev/null |
-            grep -oE '"(pp|tg)_tokens_per_s":[0-9.]+' | cut -d: -f2 | tr '\n' ' ')
-        echo "pass $pass $t llama.cpp pp/tg: $l ours pp/tg: $o"
-        echo "$t $l $o" >>"$res"
+            grep -oE '"(pp|tg|tg_after_pp)_tokens_per_s":[0-9.]+' | cut -d: -f2 | tr '\n' ' ')
+        echo "pass $pass $t llama.cpp pp/tg/tg@$PP: $l$ld ours pp/tg/tg@$PP: $o"
+        echo "$t $l$ld $o" >>"$res"
     done
 done
 echo
-echo "| type | llama.cpp pp$PP | ours pp$PP | ratio | llama.cpp tg$TG | ours tg$TG | ratio |"
-echo "|---|---|---|---|---|---|---|"
+echo "| type | llama.cpp pp$PP | ours pp$PP | ratio | llama.cpp tg$TG | ours tg$TG | ratio | llama.cpp tg$TG@$PP | ours tg$TG@$PP | ratio |"
+echo "|---|---|---|---|---|---|---|---|---|---|"
 for t in $TYPES; do
     awk -v t="$t" '$1 == t {
-        if ($2 > lp) lp = $2; if ($3 > lt) lt = $3; if ($4 > op) op = $4; if ($5 > ot) ot = $5 }
-        END { printf "| %s | %.1f | %.1f | %.2fx | %.1f | %.1f | %.2fx |\n", t, lp, op, op / lp,
-              lt, ot, ot / lt }' "$res"
+        if ($2 > lp) lp = $2; if ($3 > lt) lt = $3; if ($4 > ld) ld = $4
+        if ($5 > op) op = $5; if ($6 > ot) ot = $6; if ($7 > od) od = $7 }
+        END { printf "| %s | %.1f | %.1f | %.2fx | %.1f | %.1f | %.2fx | %.1f | %.1f | %.2fx |\n", t,
+              lp, op, op / lp, lt, ot, ot / lt, ld, od, od / ld }' "$res"
 done

@@ -473,12 +473,13 @@ static float dot_block_order(uint32_t t, int64_t k, const uint8_t *w, const uint
     return acc;
 }
 
-/* The chain of the AVX-512 and AVX2 kernels for Q4_K and Q6_K, in scalar C: per block the exact
- * integer sums S = sum_s sc_s x (the sub-block's products) (Q6_K levels less 32) and M = sum_s
- * min_s x (the sub-block's activation sum), then acc = fma(d x yd, S, acc) and, for Q4_K,
- * acc = fma(-(dmin x yd), M, acc), from +0. Layouts from ggml-common.h: Q8_K is d (f32), 256
- * quants and 16 bsums; Q4_K d, dmin, 12 scale bytes, 128 nibble bytes; Q6_K 128 ql, 64 qh,
- * 16 scales, d. */
+/* The chain of the AVX-512 and AVX2 kernels for Q4_K, Q5_K and Q6_K, in scalar C: per block the
+ * exact integer sums S = sum_s sc_s x (the sub-block's products) (Q6_K levels less 32) and M =
+ * sum_s min_s x (the sub-block's activation sum), then acc = fma(d x yd, S, acc) and, for Q4_K, acc
+ * = fma(-(dmin x yd), M, acc), from +0. Layouts from ggml-common.h: Q8_K is d (f32), 256 quants and
+ * 16 bsums; Q4_K d, dmin, 12 scale bytes, 128 nibble bytes; Q5_K the same with 32 bytes of fifth
+ * bits (bit g of byte l: element l of group g) before the nibbles; Q6_K 128 ql, 64 qh, 16 scales,
+ * d. */
 static float dot_k_order(uint32_t t, int64_t k, const uint8_t *w, const uint8_t *x)
 {
     const size_t wbb = quant_block_bytes(t), xbb = quant_block_bytes(GGML_TYPE_Q8_K);
@@ -492,10 +493,11 @@ static float dot_k_order(uint32_t t, int64_t k, const uint8_t *w, const uint8_t 
         memcpy(bs, xb + 260, sizeof bs);
         int lev[256], sc[16], mn[8] = {0};
         uint16_t hd, hm = 0;
-        if (t == GGML_TYPE_Q4_K) {
+        if (t != GGML_TYPE_Q6_K) {
             memcpy(&hd, wb, 2);
             memcpy(&hm, wb + 2, 2);
-            const uint8_t *q = wb + 4, *qs = wb + 16;
+            const int five = t == GGML_TYPE_Q5_K;
+            const uint8_t *q = wb + 4, *qh = wb + 16, *qs = wb + (five ? 48 : 16);
             for (int j = 0; j < 8; j++) { /* ggml's get_scale_min_k4 */
                 if (j < 4) {
                     sc[j] = q[j] & 63;
@@ -506,7 +508,8 @@ static float dot_k_order(uint32_t t, int64_t k, const uint8_t *w, const uint8_t 
                 }
             }
             for (int i = 0; i < 256; i++) /* group g = i / 32: chunk g / 2, nibble g % 2 */
-                lev[i] = (qs[32 * (i / 64) + i % 32] >> (4 * ((i / 32) % 2))) & 15;
+                lev[i] = ((qs[32 * (i / 64) + i % 32] >> (4 * ((i / 32) % 2))) & 15) +
+                         (five ? 16 * ((qh[i % 32] >> (i / 32)) & 1) : 0);
         } else {
             const uint8_t *ql = wb, *qh = wb + 128;
             memcpy(&hd, wb + 208, 2);
@@ -522,7 +525,7 @@ static float dot_k_order(uint32_t t, int64_t k, const uint8_t *w, const uint8_t 
                     lev[o + l + 96] = ((e >> 4) | (((hb >> 6) & 3) << 4)) - 32;
                 }
         }
-        const int sub = t == GGML_TYPE_Q4_K ? 32 : 16;
+        const int sub = t == GGML_TYPE_Q6_K ? 16 : 32;
         int32_t S = 0, M = 0;
         for (int s = 0; s < 256 / sub; s++) {
             int32_t p = 0, a = 0;
@@ -531,10 +534,10 @@ static float dot_k_order(uint32_t t, int64_t k, const uint8_t *w, const uint8_t 
                 a += yq[i];
             }
             S += sc[s] * p;
-            M += mn[s % 8] * a * (t == GGML_TYPE_Q4_K);
+            M += mn[s % 8] * a * (t != GGML_TYPE_Q6_K);
         }
         acc = fmaf(quant_f16_to_f32(hd) * yd, (float)S, acc);
-        if (t == GGML_TYPE_Q4_K)
+        if (t != GGML_TYPE_Q6_K)
             acc = fmaf(-(quant_f16_to_f32(hm) * yd), (float)M, acc);
     }
     return acc;
@@ -634,7 +637,7 @@ static void test_avx2_r8(void **state)
     assert_int_equal(quant_set_isa("auto"), 0);
 }
 
-/* The AVX2 Q4_K / Q6_K kernels (quant_avx2_k8.c): every output of the matmul and the vec_dot has
+/* The AVX2 K-quant kernels (quant_avx2_k8.c): every output of the matmul and the vec_dot has
  * the bits of the scalar twin above, whatever the batch size (a lone token included), token
  * offset or row split; the packed form gives the row-major bits for every batch size (a lone
  * token and a pair take the fused path, more the unpacked block), and so do the AVX-512 kernels
@@ -645,7 +648,7 @@ static void test_avx2_k8(void **state)
     (void)state;
     if (quant_set_isa("avx2") != 0)
         skip();
-    static const uint32_t types[] = {GGML_TYPE_Q4_K, GGML_TYPE_Q6_K};
+    static const uint32_t types[] = {GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K};
     static const int64_t nbs[] = {1, 3, 29};
     static const int64_t ms[] = {1, 2, 3, 5, 8, 67};
     const int64_t rows = 37, m = 67;
@@ -886,10 +889,10 @@ static void test_packed_matmul(void **state)
                     fail_msg("%s k=%lld m=%lld: the packed matmul's bits differ",
                              quant_type_name(t), (long long)k, (long long)m);
             }
-            /* AVX2 packs the 32-blocks, Q4_K and Q6_K its own way (test_avx2_r8, test_avx2_k8)
-             * and nothing else */
+            /* AVX2 packs the quantized types its own way (test_avx2_r8, test_avx2_k8) and
+             * nothing else */
             assert_int_equal(quant_set_isa("avx2"), 0);
-            if (quant_block_elems(t) != 32 && t != GGML_TYPE_Q4_K && t != GGML_TYPE_Q6_K) {
+            if (quant_block_elems(t) == 1) {
                 assert_int_equal(quant_packed_bytes(t, rows, k), 0);
                 assert_int_equal(quant_matmul_packed(t, P, rows, k, X, 1, pk, rows, 0, rows), -1);
             }
@@ -1003,28 +1006,6 @@ static void test_f16_int(void **state)
     assert_int_equal(quant_set_isa("avx2"), 0);
     assert_int_equal(quant_set_f16_int(1), 0); /* no AVX-512 table: the float kernels */
     assert_int_equal(quant_set_f16_int(0), 0);
-    assert_int_equal(quant_set_isa("auto"), 0);
-}
-
-/* The AVX2 Q5_K prefill (one row at a time): the same bits whatever the batch size (2+), token
- * offset or row split. k = 29 blocks of 256; m = 45 leaves partial token tiles. (Q4_K and Q6_K:
- * test_avx2_k8.) */
-static void test_prefill_tiles_k(void **state)
-{
-    (void)state;
-    if (quant_set_isa("avx2") != 0)
-        skip();
-    const uint32_t t = GGML_TYPE_Q5_K;
-    const int64_t k = 29 * 256, rows = 3, m = 45;
-    struct rng r = {0x4b4b};
-    float *fw = rand_vec(&r, rows * k, 0.05f), *fx = rand_vec(&r, m * k, 1.0f);
-    uint8_t *W = quantize_rows(t, fw, rows, k), *X = prepare_rows(t, fx, m, k);
-    static const int64_t cuts[] = {0, 2, 25, 45};
-    free(matmul_split_equal(t, W, X, k, rows, m, cuts, 1));
-    free(fw);
-    free(fx);
-    free(W);
-    free(X);
     assert_int_equal(quant_set_isa("auto"), 0);
 }
 
@@ -1359,7 +1340,7 @@ int main(void)
         cmocka_unit_test(test_avx2_k8),
         cmocka_unit_test(test_prefill_gemm_float),
         cmocka_unit_test(test_prefill_gemm_float_avx512),
-        cmocka_unit_test(test_prefill_tiles_k),
+
         cmocka_unit_test(test_avx512_batch_invariant),
         cmocka_unit_test(test_packed_matmul),
         cmocka_unit_test(test_f16_int),

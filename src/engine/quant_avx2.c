@@ -1,9 +1,8 @@
 /*
- * quant_avx2.c - AVX2 + FMA + F16C kernels: vec_dot for Q4_1, Q5_1, Q4_K, Q5_K, Q6_K, and the
- * Q5_K prefill matmul (1 row x 4 tokens, weights unpacked once per block); the table of the
- * AVX2 kernels, which takes the float types from quant_avx2_float.c, Q8_0 / Q4_0 / Q5_0 (8 rows
- * in the lanes, a packed form) from quant_avx2_r8.c and the Q4_K / Q6_K prefill (8 rows in the
- * lanes) from quant_avx2_k8.c.
+ * quant_avx2.c - AVX2 + FMA + F16C kernels: vec_dot for Q4_1 and Q5_1; the table of the AVX2
+ * kernels, which takes the float types from quant_avx2_float.c, Q8_0 / Q4_0 / Q5_0 from
+ * quant_avx2_r8.c and Q4_K / Q5_K / Q6_K from quant_avx2_k8.c (8 rows in the lanes, a packed
+ * form, the AVX-512 kernels' bits), plus the attention, exp and activation kernels.
  *
  * Every function carries AF_TARGET_AVX2 (no per-file flags): the dispatcher only calls into this
  * file when __builtin_cpu_supports says the CPU has these extensions. Integer dots use the
@@ -112,210 +111,6 @@ AF_TARGET_AVX2 static float dot_q4_1(int64_t n, const void *w, const void *x)
 AF_TARGET_AVX2 static float dot_q5_1(int64_t n, const void *w, const void *x)
 {
     return dot_x_1(n, w, x, 1);
-}
-
-/* ---- K-quants against Q8_K --------------------------------------------------------------- */
-
-/* The 12 packed scale bytes of a Q4_K / Q5_K block as 8 scales (bytes 0-7) and 8 mins
- * (bytes 8-15), as ggml's kmask unpacking. */
-AF_TARGET_AVX2 static inline __m128i k4_unpack_scales(const uint8_t *packed)
-{
-    uint32_t u[4];
-    memcpy(u, packed, 12);
-    const uint32_t m1 = 0x3f3f3f3f, m2 = 0x0f0f0f0f, m3 = 0x03030303;
-    u[3] = ((u[2] >> 4) & m2) | (((u[1] >> 6) & m3) << 4);
-    const uint32_t mins_lo = u[1] & m1;
-    u[1] = (u[2] & m2) | (((u[0] >> 6) & m3) << 4);
-    u[2] = mins_lo;
-    u[0] &= m1;
-    return _mm_loadu_si128((const __m128i *)u);
-}
-
-/* int16 vector of scale s (0..7) from 8 int16 scales held in both 128-bit lanes. */
-AF_TARGET_AVX2 static AF_INLINE __m256i k4_scale_bcast(__m256i sc16, int s)
-{
-    return _mm256_shuffle_epi8(sc16, _mm256_set1_epi16((short)(((2 * s + 1) << 8) | (2 * s))));
-}
-
-/* Moves bit `bit` (0..7) of every byte of v to bit 4 (other bits are garbage). */
-AF_TARGET_AVX2 static AF_INLINE __m256i bit_to_4(__m256i v, int bit)
-{
-    return bit <= 4 ? _mm256_slli_epi16(v, 4 - bit) : _mm256_srli_epi16(v, bit - 4);
-}
-
-/* The min term of one Q4_K / Q5_K block, laid out as ggml's AVX2 kernel does (pairs of
- * sub-blocks summed in integers, 4 lanes), so our float rounding follows the reference logits:
- * activations are re-rounded to 8 bits at every layer, so a different summation order shows up
- * as flipped int8 values and, over 100 tokens, as logit differences of 0.1. */
-AF_TARGET_AVX2 static AF_INLINE __m128i k4_min_prod(__m128i scm, const int16_t *bsums)
-{
-    const __m256i bs = load32(bsums);
-    const __m128i q8s = _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1));
-    return _mm_madd_epi16(_mm_cvtepu8_epi16(_mm_unpackhi_epi64(scm, scm)), q8s);
-}
-
-AF_TARGET_AVX2 static AF_INLINE float hsum4(__m128 r)
-{
-    r = _mm_add_ps(r, _mm_movehl_ps(r, r));
-    r = _mm_add_ss(r, _mm_movehdup_ps(r));
-    return _mm_cvtss_f32(r);
-}
-
-/* Q4_K / Q5_K against Q8_K: d * sum_j sc_j * dot_j - dmin * sum_j m_j * bsum_j. */
-AF_TARGET_AVX2 static AF_INLINE float dot_k4(int64_t n, const void *w, const void *x, int five)
-{
-    const struct blk_q8_k *b = x;
-    const __m256i m4 = _mm256_set1_epi8(0xF);
-    __m256 acc = _mm256_setzero_ps();
-    __m128 accm = _mm_setzero_ps();
-    for (int64_t i = 0; i < n / QK_K; i++) {
-        const uint8_t *scales, *qs, *qhp = NULL;
-        uint16_t d16, dmin16;
-        if (five) {
-            const struct blk_q5_k *a = (const struct blk_q5_k *)w + i;
-            scales = a->scales, qs = a->qs, qhp = a->qh, d16 = a->d, dmin16 = a->dmin;
-        } else {
-            const struct blk_q4_k *a = (const struct blk_q4_k *)w + i;
-            scales = a->scales, qs = a->qs, d16 = a->d, dmin16 = a->dmin;
-        }
-        const __m128i scm = k4_unpack_scales(scales);
-        accm = _mm_fmadd_ps(_mm_set1_ps(-b[i].d * h2f(dmin16)),
-                            _mm_cvtepi32_ps(k4_min_prod(scm, b[i].bsums)), accm);
-        const __m256i sc16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(scm));
-        const __m256i qh = qhp ? load32(qhp) : _mm256_setzero_si256();
-        __m256i sumi = _mm256_setzero_si256();
-        for (int j = 0; j < 4; j++) {
-            const __m256i q = load32(qs + 32 * j);
-            __m256i lo = _mm256_and_si256(q, m4);
-            __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
-            if (five) {
-                const __m256i b16 = _mm256_set1_epi8(16);
-                lo = _mm256_or_si256(lo, _mm256_and_si256(bit_to_4(qh, 2 * j), b16));
-                hi = _mm256_or_si256(hi, _mm256_and_si256(bit_to_4(qh, 2 * j + 1), b16));
-            }
-            const __m256i plo = _mm256_maddubs_epi16(lo, load32(b[i].qs + 64 * j));
-            const __m256i phi = _mm256_maddubs_epi16(hi, load32(b[i].qs + 64 * j + 32));
-            sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(plo, k4_scale_bcast(sc16, 2 * j)));
-            sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(phi, k4_scale_bcast(sc16, 2 * j + 1)));
-        }
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(b[i].d * h2f(d16)), _mm256_cvtepi32_ps(sumi), acc);
-    }
-    return hsum8(acc) + hsum4(accm);
-}
-
-AF_TARGET_AVX2 static float dot_q5_k(int64_t n, const void *w, const void *x)
-{
-    return dot_k4(n, w, x, 1);
-}
-
-/* ---- K-quant prefill: 1 weight row x KT_X tokens, the weight unpacked once per block ----- */
-
-#define KT_X 4
-#define KT_BLOCK_BYTES (192u * 1024u)
-
-/* Q4_K / Q5_K row w against nx tokens; out[c * ldo]. */
-AF_TARGET_AVX2 static AF_INLINE void tile_k4(int five, int nx, const uint8_t *w, int64_t nb,
-                                             const uint8_t *x, size_t xbytes, float *out,
-                                             int64_t ldo)
-{
-    const __m256i m4 = _mm256_set1_epi8(0xF), b16 = _mm256_set1_epi8(16);
-    __m256 acc[KT_X];
-    __m128 accm[KT_X];
-    for (int c = 0; c < nx; c++) {
-        acc[c] = _mm256_setzero_ps();
-        accm[c] = _mm_setzero_ps();
-    }
-    for (int64_t i = 0; i < nb; i++) {
-        const uint8_t *scales, *qs, *qhp = NULL;
-        uint16_t d16, dmin16;
-        if (five) {
-            const struct blk_q5_k *a = (const struct blk_q5_k *)w + i;
-            scales = a->scales, qs = a->qs, qhp = a->qh, d16 = a->d, dmin16 = a->dmin;
-        } else {
-            const struct blk_q4_k *a = (const struct blk_q4_k *)w + i;
-            scales = a->scales, qs = a->qs, d16 = a->d, dmin16 = a->dmin;
-        }
-        const __m128i scm = k4_unpack_scales(scales);
-        const __m256i sc16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(scm));
-        const __m256i qh = qhp ? load32(qhp) : _mm256_setzero_si256();
-        const struct blk_q8_k *yb[KT_X];
-        __m256i sumi[KT_X];
-        for (int c = 0; c < nx; c++) {
-            yb[c] = (const struct blk_q8_k *)(x + (size_t)c * xbytes) + i;
-            sumi[c] = _mm256_setzero_si256();
-        }
-        for (int j = 0; j < 4; j++) {
-            const __m256i q = load32(qs + 32 * j);
-            __m256i lo = _mm256_and_si256(q, m4);
-            __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
-            if (five) {
-                lo = _mm256_or_si256(lo, _mm256_and_si256(bit_to_4(qh, 2 * j), b16));
-                hi = _mm256_or_si256(hi, _mm256_and_si256(bit_to_4(qh, 2 * j + 1), b16));
-            }
-            const __m256i sl = k4_scale_bcast(sc16, 2 * j), sh = k4_scale_bcast(sc16, 2 * j + 1);
-            for (int c = 0; c < nx; c++) {
-                const __m256i plo = _mm256_maddubs_epi16(lo, load32(yb[c]->qs + 64 * j));
-                const __m256i phi = _mm256_maddubs_epi16(hi, load32(yb[c]->qs + 64 * j + 32));
-                sumi[c] = _mm256_add_epi32(sumi[c], _mm256_add_epi32(_mm256_madd_epi16(plo, sl),
-                                                                     _mm256_madd_epi16(phi, sh)));
-            }
-        }
-        const float dw = h2f(d16), dmw = h2f(dmin16);
-        for (int c = 0; c < nx; c++) {
-            accm[c] = _mm_fmadd_ps(_mm_set1_ps(-yb[c]->d * dmw),
-                                   _mm_cvtepi32_ps(k4_min_prod(scm, yb[c]->bsums)), accm[c]);
-            acc[c] =
-                _mm256_fmadd_ps(_mm256_set1_ps(yb[c]->d * dw), _mm256_cvtepi32_ps(sumi[c]), acc[c]);
-        }
-    }
-    for (int c = 0; c < nx; c++)
-        out[c * ldo] = hsum8(acc[c]) + hsum4(accm[c]);
-}
-
-AF_TARGET_AVX2 static AF_INLINE void matmul_k_block(int kind, const void *W, size_t wbytes,
-                                                    int64_t k, const void *X, size_t xbytes,
-                                                    int64_t m, float *out, int64_t ldo, int64_t r0,
-                                                    int64_t r1)
-{
-    const int64_t nb = k / QK_K;
-    for (int64_t r = r0; r < r1; r++) {
-        const uint8_t *w = (const uint8_t *)W + (size_t)r * wbytes;
-        int64_t j = 0;
-        for (; j + KT_X <= m; j += KT_X) {
-            const uint8_t *x = (const uint8_t *)X + (size_t)j * xbytes;
-            tile_k4(kind, KT_X, w, nb, x, xbytes, out + j * ldo + r, ldo);
-        }
-        for (; j < m; j++) {
-            const uint8_t *x = (const uint8_t *)X + (size_t)j * xbytes;
-            tile_k4(kind, 1, w, nb, x, xbytes, out + j * ldo + r, ldo);
-        }
-    }
-}
-
-/* kind: 0 = Q4_K, 1 = Q5_K (the one that uses it now). Rows one at a time, tokens KT_X at a time,
- * in token blocks of about KT_BLOCK_BYTES: a prefill batch of 256 long rows (1.4 MiB of Q8_K for k
- * = 4864) would otherwise be streamed from L3 again for every weight row. */
-AF_TARGET_AVX2 static AF_INLINE void matmul_k(int kind, const void *W, size_t wbytes, int64_t k,
-                                              const void *X, size_t xbytes, int64_t m, float *out,
-                                              int64_t ldo, int64_t r0, int64_t r1)
-{
-    int64_t tb = (int64_t)(KT_BLOCK_BYTES / xbytes) / KT_X * KT_X;
-    tb = tb < KT_X ? KT_X : tb;
-    for (int64_t j0 = 0; j0 < m; j0 += tb) {
-        const int64_t tc = m - j0 < tb ? m - j0 : tb;
-        matmul_k_block(kind, W, wbytes, k, (const uint8_t *)X + (size_t)j0 * xbytes, xbytes, tc,
-                       out + j0 * ldo, ldo, r0, r1);
-    }
-}
-
-AF_TARGET_AVX2 static void matmul_q5_k(const void *W, size_t wbytes, int64_t k, const void *X,
-                                       size_t xbytes, int64_t m, float *out, int64_t ldo,
-                                       int64_t r0, int64_t r1)
-{
-    if (m == 1)
-        quant_matmul_loop(dot_q5_k, W, wbytes, k, X, xbytes, m, out, ldo, r0, r1);
-    else
-        matmul_k(1, W, wbytes, k, X, xbytes, m, out, ldo, r0, r1);
 }
 
 AF_TARGET_AVX2 static void axpy_avx2(int64_t n, float a, const float *x, float *y)
@@ -495,7 +290,7 @@ const struct quant_kernels quant_kernels_avx2 = {
             [GGML_TYPE_Q5_1] = dot_q5_1,
             [GGML_TYPE_Q8_0] = quant_avx2_dot_q8_0,
             [GGML_TYPE_Q4_K] = quant_avx2_dot_q4_k,
-            [GGML_TYPE_Q5_K] = dot_q5_k,
+            [GGML_TYPE_Q5_K] = quant_avx2_dot_q5_k,
             [GGML_TYPE_Q6_K] = quant_avx2_dot_q6_k,
         },
     .matmul =
@@ -507,7 +302,7 @@ const struct quant_kernels quant_kernels_avx2 = {
             [GGML_TYPE_Q5_0] = quant_avx2_matmul_q5_0,
             [GGML_TYPE_Q8_0] = quant_avx2_matmul_q8_0,
             [GGML_TYPE_Q4_K] = quant_avx2_matmul_q4_k,
-            [GGML_TYPE_Q5_K] = matmul_q5_k,
+            [GGML_TYPE_Q5_K] = quant_avx2_matmul_q5_k,
             [GGML_TYPE_Q6_K] = quant_avx2_matmul_q6_k,
         },
     /* quant_avx2_r8.c: 8 rows in the lanes, the AVX-512 kernels' chain (a lone token's bits are
@@ -516,6 +311,7 @@ const struct quant_kernels quant_kernels_avx2 = {
                      [GGML_TYPE_Q4_0] = 1,
                      [GGML_TYPE_Q5_0] = 1,
                      [GGML_TYPE_Q4_K] = 1,
+                     [GGML_TYPE_Q5_K] = 1,
                      [GGML_TYPE_Q6_K] = 1},
     .pack =
         {
@@ -523,6 +319,7 @@ const struct quant_kernels quant_kernels_avx2 = {
             [GGML_TYPE_Q4_0] = quant_avx2_pack_q4_0,
             [GGML_TYPE_Q5_0] = quant_avx2_pack_q5_0,
             [GGML_TYPE_Q4_K] = quant_avx2_pack_q4_k,
+            [GGML_TYPE_Q5_K] = quant_avx2_pack_q5_k,
             [GGML_TYPE_Q6_K] = quant_avx2_pack_q6_k,
         },
     .matmul_packed =
@@ -531,6 +328,7 @@ const struct quant_kernels quant_kernels_avx2 = {
             [GGML_TYPE_Q4_0] = quant_avx2_matmul_packed_q4_0,
             [GGML_TYPE_Q5_0] = quant_avx2_matmul_packed_q5_0,
             [GGML_TYPE_Q4_K] = quant_avx2_matmul_packed_q4_k,
+            [GGML_TYPE_Q5_K] = quant_avx2_matmul_packed_q5_k,
             [GGML_TYPE_Q6_K] = quant_avx2_matmul_packed_q6_k,
         },
 };

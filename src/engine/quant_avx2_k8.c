@@ -1,27 +1,26 @@
 /*
- * quant_avx2_k8.c - the AVX2 prefill of Q4_K and Q6_K against Q8_K activations (2 tokens or
- * more), 8 weight rows in the 8 lanes of a register, as quant_avx2_r8.c does for the 32-element
- * types and quant_avx512_k.c with 16 rows on AVX-512.
+ * quant_avx2_k8.c - Q4_K, Q5_K and Q6_K weights against Q8_K activations on AVX2, 8 weight rows
+ * in the 8 lanes of a register, as quant_avx2_r8.c does for the 32-element types and
+ * quant_avx512_k.c with 16 rows on AVX-512: the vec_dot, the matmul and its packed form.
  *
- * Why: the row-at-a-time AVX2 kernels ran 35-55 GFLOP/s a thread at 64 tokens, and a Q4_K_M
- * file with K-quant rows (a 7B's, 3,584 wide) prefilled at about half llama.cpp's speed on AVX2
- * (docs/PERFORMANCE.md). Here a 256-element block of 8 rows is unpacked to unsigned levels and
- * transposed once per token chunk (w[8g + i] lane r = dword i of group g of row r) and meets
- * every token of the chunk: per group of 32 a token takes 8 maddubs against its broadcast
- * dwords, summed in 16 bits, and one madd by the sub-block scales (as 16-bit pairs), so no
- * vpmulld.
+ * Why: the row-at-a-time AVX2 kernels ran 35-55 GFLOP/s a thread at 64 tokens and a lone token
+ * at 11-16 GB/s, and a Q4_K_M file with K-quant rows (a 7B's, 3,584 wide) prefilled at about
+ * half llama.cpp's speed on AVX2 and decoded below it (docs/PERFORMANCE.md). Here a 256-element
+ * block of 8 rows is unpacked to unsigned levels (w[8g + i] lane r = dword i of group g of row
+ * r) and meets every token of the chunk: per group of 32 a token takes 8 maddubs against its
+ * broadcast dwords, summed in 16 bits, and one madd by the sub-block scales (as 16-bit pairs),
+ * so no vpmulld.
  *
  * The arithmetic per output: for each block b in order, the exact integer sums
  *   S_b = sum_s sc_s x (the sub-block's level x activation products)   (Q6_K: levels less 32,
  *         as -32 x sum_s sc_s x bsum_s),
- *   M_b = sum_s min_s x (the sub-block's activation sum)                (Q4_K),
- * then acc = fma(d_b * yd_b, S_b, acc) and, for Q4_K, acc = fma(-(dmin_b * yd_b), M_b, acc),
- * from acc = +0: the chain of the AVX-512 K kernels, so a batch gets their bits, whatever its
- * size (2+), token offset or row split. A lone token keeps the AVX2 dot (quant_avx2.c), whose
- * chain differs (m1_invariant stays 0 for these types on AVX2).
+ *   M_b = sum_s min_s x (the sub-block's activation sum)                (Q4_K / Q5_K),
+ * then acc = fma(d_b * yd_b, S_b, acc) and, for Q4_K / Q5_K, acc = fma(-(dmin_b * yd_b), M_b,
+ * acc), from acc = +0: the chain of the AVX-512 K kernels, so every batch size (a lone token
+ * included), token offset, row split and packing gets their bits (m1_invariant).
  *
  * 16-bit sums stay below 2^15: a Q4_K maddubs pair is at most 2 x 15 x 128, 8 of them 30,720; a
- * Q6_K pair 2 x 63 x 128 = 16,128, so two at a time.
+ * Q5_K pair 2 x 31 x 128 = 7,936, so four at a time; a Q6_K pair 2 x 63 x 128 = 16,128, two.
  *
  * Every function carries AF_TARGET_AVX2; quant_avx2.c's table selects them.
  */
@@ -79,13 +78,20 @@ static inline int32_t k8_pair(int v, int w)
     return (int32_t)(((uint32_t)(uint16_t)(int16_t)v) | ((uint32_t)(uint16_t)(int16_t)w << 16));
 }
 
-/* Block b of the 8 rows rp[0..7] (kind 0 = Q4_K, 2 = Q6_K) into B. */
+/* Q5_K: bit g of every byte of QH (the fifth bit of group g's elements) as 16, else 0. */
+AF_TARGET_AVX2 static AF_INLINE __m256i k8_b5(__m256i QH, int g)
+{
+    const __m256i v = g <= 4 ? _mm256_slli_epi16(QH, 4 - g) : _mm256_srli_epi16(QH, g - 4);
+    return _mm256_and_si256(v, _mm256_set1_epi8(0x10));
+}
+
+/* Block b of the 8 rows rp[0..7] (kind 0 = Q4_K, 1 = Q5_K, 2 = Q6_K) into B. */
 AF_TARGET_AVX2 static AF_INLINE void k8_unpack(int kind, const uint8_t *const *rp, int64_t b,
                                                struct k8_blk *B)
 {
     const __m256i m4 = _mm256_set1_epi8(0xF);
-    if (kind == 0) {
-        const size_t o = (size_t)b * sizeof(struct blk_q4_k);
+    if (kind != 2) { /* Q4_K and Q5_K share the first 16 bytes: d, dmin, the scales */
+        const size_t o = (size_t)b * (kind ? sizeof(struct blk_q5_k) : sizeof(struct blk_q4_k));
         int32_t sc[8][8], mn[4][8];
         uint16_t d16[8], dm16[8];
         for (int r = 0; r < 8; r++) {
@@ -106,14 +112,25 @@ AF_TARGET_AVX2 static AF_INLINE void k8_unpack(int kind, const uint8_t *const *r
             B->mn[i] = _mm256_loadu_si256((const __m256i *)mn[i]);
         B->d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)d16));
         B->dmin = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)dm16));
+        __m256i QH[8];
+        if (kind == 1)
+            k8_t32(rp, o + offsetof(struct blk_q5_k, qh), QH);
+        const size_t qs =
+            o + (kind ? offsetof(struct blk_q5_k, qs) : offsetof(struct blk_q4_k, qs));
 #pragma GCC unroll 4
         for (int c = 0; c < 4; c++) { /* chunk c: low nibbles group 2c, high ones 2c + 1 */
             __m256i T[8];
-            k8_t32(rp, o + offsetof(struct blk_q4_k, qs) + 32 * (size_t)c, T);
+            k8_t32(rp, qs + 32 * (size_t)c, T);
 #pragma GCC unroll 8
             for (int i = 0; i < 8; i++) {
-                B->w[16 * c + i] = _mm256_and_si256(T[i], m4);
-                B->w[16 * c + 8 + i] = _mm256_and_si256(_mm256_srli_epi16(T[i], 4), m4);
+                __m256i lo = _mm256_and_si256(T[i], m4);
+                __m256i hi = _mm256_and_si256(_mm256_srli_epi16(T[i], 4), m4);
+                if (kind == 1) {
+                    lo = _mm256_or_si256(lo, k8_b5(QH[i], 2 * c));
+                    hi = _mm256_or_si256(hi, k8_b5(QH[i], 2 * c + 1));
+                }
+                B->w[16 * c + i] = lo;
+                B->w[16 * c + 8 + i] = hi;
             }
         }
         return;
@@ -182,7 +199,7 @@ AF_TARGET_AVX2 static AF_INLINE void k8_finish(int kind, const struct k8_blk *B,
         S = _mm256_sub_epi32(S, _mm256_slli_epi32(C, 5));
     }
     *acc = _mm256_fmadd_ps(_mm256_mul_ps(B->d, yd), _mm256_cvtepi32_ps(S), *acc);
-    if (kind == 0) { /* dword i of the pairwise sums: (sub-block 2i's sum, 2i + 1's), i = 0, 1
+    if (kind != 2) { /* dword i of the pairwise sums: (sub-block 2i's sum, 2i + 1's), i = 0, 1
                       * in the low lane, 2, 3 in the high one */
         const __m256i bs = _mm256_loadu_si256((const __m256i *)y->bsums);
         const __m256i h = _mm256_hadd_epi16(bs, bs);
@@ -207,22 +224,26 @@ AF_TARGET_AVX2 static AF_INLINE void k8_tokens(int kind, int nc, const struct k8
         S[c] = _mm256_setzero_si256();
 #pragma GCC unroll 1
     for (int g = 0; g < 8; g++) {
-        if (kind == 0) {
-            __m256i s16[K8_C];
-#pragma GCC unroll 4
-            for (int c = 0; c < nc; c++)
-                s16[c] = _mm256_setzero_si256();
-#pragma GCC unroll 8
-            for (int i = 0; i < 8; i++) {
-                const __m256i w = _mm256_load_si256(&B->w[8 * g + i]);
+        if (kind != 2) { /* Q4_K: 8 registers in 16 bits; Q5_K: two runs of 4 */
+            const int run = kind ? 4 : 8;
+#pragma GCC unroll 2
+            for (int i0 = 0; i0 < 8; i0 += run) {
+                __m256i s16[K8_C];
 #pragma GCC unroll 4
                 for (int c = 0; c < nc; c++)
-                    s16[c] = _mm256_add_epi16(
-                        s16[c], _mm256_maddubs_epi16(w, k8_bcast(ys[c]->qs + 32 * g + 4 * i)));
-            }
+                    s16[c] = _mm256_setzero_si256();
+#pragma GCC unroll 8
+                for (int i = i0; i < i0 + run; i++) {
+                    const __m256i w = _mm256_load_si256(&B->w[8 * g + i]);
 #pragma GCC unroll 4
-            for (int c = 0; c < nc; c++)
-                S[c] = _mm256_add_epi32(S[c], _mm256_madd_epi16(s16[c], B->sc[g]));
+                    for (int c = 0; c < nc; c++)
+                        s16[c] = _mm256_add_epi16(
+                            s16[c], _mm256_maddubs_epi16(w, k8_bcast(ys[c]->qs + 32 * g + 4 * i)));
+                }
+#pragma GCC unroll 4
+                for (int c = 0; c < nc; c++)
+                    S[c] = _mm256_add_epi32(S[c], _mm256_madd_epi16(s16[c], B->sc[g]));
+            }
             continue;
         }
         /* Q6_K: sub-blocks 2g (registers 0-3) and 2g + 1 (4-7), two registers a 16-bit sum */
@@ -317,6 +338,7 @@ AF_TARGET_AVX2 static AF_INLINE void k8_matmul(int kind, const void *W, size_t w
  * stream. What k8_unpack transposes, stored transposed (T[i] lane r = dword i of row r's bytes):
  *   Q4_K, 1152 bytes (8 x 144): the 16 header bytes (d, dmin, the 12 scale bytes), T[0..3]; the
  *         nibbles of chunk c (qs + 32c), T[0..7], for c = 0..3;
+ *   Q5_K, 1408 bytes (8 x 176): the same, then the fifth bits (qh), T[0..7];
  *   Q6_K, 1664 bytes: ql + 64h + 32j, T[0..7], for h, j = 0..1; qh + 32h, T[0..7], for h = 0..1;
  *         the 16 scale bytes, T[0..3]; the 8 rows' fp16 d of every block follow the half's
  *         blocks (16 bytes a block, the run padded to 32), 8 x 210 in all.
@@ -343,7 +365,7 @@ AF_TARGET_AVX2 static AF_INLINE void k8_t16(const uint8_t *const *rp, size_t o, 
 
 static inline size_t k8_hb(int kind)
 {
-    return kind == 0 ? 1152 : 1664;
+    return kind == 0 ? 1152 : kind == 1 ? 1408 : 1664;
 }
 
 /* The bytes of a packed half of nb blocks (a group holds two). */
@@ -367,13 +389,19 @@ AF_TARGET_AVX2 static void k8_pack_half(int kind, const uint8_t *const *rp, int6
         memset(o + (size_t)nb * hb, 0, k8_half(kind, nb) - (size_t)nb * hb);
     for (int64_t b = 0; b < nb; b++) {
         uint8_t *ob = o + (size_t)b * hb;
-        if (kind == 0) {
-            const size_t s = (size_t)b * sizeof(struct blk_q4_k);
+        if (kind != 2) {
+            const size_t s = (size_t)b * (kind ? sizeof(struct blk_q5_k) : sizeof(struct blk_q4_k));
+            const size_t qs =
+                s + (kind ? offsetof(struct blk_q5_k, qs) : offsetof(struct blk_q4_k, qs));
             k8_t16(rp, s, T);
             k8_store(ob, T, 4);
             for (int c = 0; c < 4; c++) {
-                k8_t32(rp, s + offsetof(struct blk_q4_k, qs) + 32 * (size_t)c, T);
+                k8_t32(rp, qs + 32 * (size_t)c, T);
                 k8_store(ob + 128 + 256 * (size_t)c, T, 8);
+            }
+            if (kind == 1) {
+                k8_t32(rp, s + offsetof(struct blk_q5_k, qh), T);
+                k8_store(ob + 1152, T, 8);
             }
             continue;
         }
@@ -406,8 +434,8 @@ AF_TARGET_AVX2 static AF_INLINE void k8_phdr(int kind, const uint8_t *ob, const 
     __m256i P[4];
 #pragma GCC unroll 4
     for (int i = 0; i < 4; i++)
-        P[i] = _mm256_loadu_si256((const __m256i *)(ob + (kind == 0 ? 0 : 1536) + 32 * i));
-    if (kind == 0) { /* quant_scale_min_k4 on 8 rows: P[1..3] hold the 12 scale bytes */
+        P[i] = _mm256_loadu_si256((const __m256i *)(ob + (kind == 2 ? 1536 : 0) + 32 * i));
+    if (kind != 2) { /* quant_scale_min_k4 on 8 rows: P[1..3] hold the 12 scale bytes */
         const __m256i dd = _mm256_permute4x64_epi64(
             _mm256_packus_epi32(_mm256_and_si256(P[0], _mm256_set1_epi32(0xFFFF)),
                                 _mm256_srli_epi32(P[0], 16)),
@@ -475,14 +503,21 @@ AF_TARGET_AVX2 static AF_INLINE __m256i k8_ld(const uint8_t *p)
 AF_TARGET_AVX2 static AF_INLINE void k8_plev(int kind, const uint8_t *ob, struct k8_blk *B)
 {
     const __m256i m4 = _mm256_set1_epi8(0xF);
-    if (kind == 0) {
+    if (kind != 2) {
 #pragma GCC unroll 4
         for (int c = 0; c < 4; c++)
 #pragma GCC unroll 8
             for (int i = 0; i < 8; i++) {
                 const __m256i T = k8_ld(ob + 128 + 256 * c + 32 * i);
-                B->w[16 * c + i] = _mm256_and_si256(T, m4);
-                B->w[16 * c + 8 + i] = _mm256_and_si256(_mm256_srli_epi16(T, 4), m4);
+                __m256i lo = _mm256_and_si256(T, m4);
+                __m256i hi = _mm256_and_si256(_mm256_srli_epi16(T, 4), m4);
+                if (kind == 1) {
+                    const __m256i QH = k8_ld(ob + 1152 + 32 * i);
+                    lo = _mm256_or_si256(lo, k8_b5(QH, 2 * c));
+                    hi = _mm256_or_si256(hi, k8_b5(QH, 2 * c + 1));
+                }
+                B->w[16 * c + i] = lo;
+                B->w[16 * c + 8 + i] = hi;
             }
         return;
     }
@@ -509,32 +544,40 @@ AF_TARGET_AVX2 static AF_INLINE void k8_fused(int kind, int nc, const uint8_t *o
 #pragma GCC unroll 2
     for (int c = 0; c < nc; c++)
         S[c] = _mm256_setzero_si256();
-    if (kind == 0) {
+    if (kind != 2) {
         const __m256i m4 = _mm256_set1_epi8(0xF);
+        const int run = kind ? 4 : 8; /* registers a 16-bit sum holds (Q5_K levels reach 31) */
 #pragma GCC unroll 1
-        for (int q = 0; q < 4; q++) { /* groups 2q (low nibbles) and 2q + 1 */
-            __m256i sa[2], sb[2];
+        for (int q = 0; q < 4; q++) /* groups 2q (low nibbles) and 2q + 1 */
 #pragma GCC unroll 2
-            for (int c = 0; c < nc; c++)
-                sa[c] = sb[c] = _mm256_setzero_si256();
+            for (int i0 = 0; i0 < 8; i0 += run) {
+                __m256i sa[2], sb[2];
+#pragma GCC unroll 2
+                for (int c = 0; c < nc; c++)
+                    sa[c] = sb[c] = _mm256_setzero_si256();
 #pragma GCC unroll 8
-            for (int i = 0; i < 8; i++) {
-                const __m256i T = k8_ld(ob + 128 + 256 * q + 32 * i);
-                const __m256i lo = _mm256_and_si256(T, m4);
-                const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(T, 4), m4);
+                for (int i = i0; i < i0 + run; i++) {
+                    const __m256i T = k8_ld(ob + 128 + 256 * q + 32 * i);
+                    __m256i lo = _mm256_and_si256(T, m4);
+                    __m256i hi = _mm256_and_si256(_mm256_srli_epi16(T, 4), m4);
+                    if (kind == 1) {
+                        const __m256i QH = k8_ld(ob + 1152 + 32 * i);
+                        lo = _mm256_or_si256(lo, k8_b5(QH, 2 * q));
+                        hi = _mm256_or_si256(hi, k8_b5(QH, 2 * q + 1));
+                    }
 #pragma GCC unroll 2
-                for (int c = 0; c < nc; c++) {
-                    const int8_t *y = ys[c]->qs + 64 * q + 4 * i;
-                    sa[c] = _mm256_add_epi16(sa[c], _mm256_maddubs_epi16(lo, k8_bcast(y)));
-                    sb[c] = _mm256_add_epi16(sb[c], _mm256_maddubs_epi16(hi, k8_bcast(y + 32)));
+                    for (int c = 0; c < nc; c++) {
+                        const int8_t *y = ys[c]->qs + 64 * q + 4 * i;
+                        sa[c] = _mm256_add_epi16(sa[c], _mm256_maddubs_epi16(lo, k8_bcast(y)));
+                        sb[c] = _mm256_add_epi16(sb[c], _mm256_maddubs_epi16(hi, k8_bcast(y + 32)));
+                    }
                 }
-            }
 #pragma GCC unroll 2
-            for (int c = 0; c < nc; c++)
-                S[c] = _mm256_add_epi32(
-                    S[c], _mm256_add_epi32(_mm256_madd_epi16(sa[c], B->sc[2 * q]),
-                                           _mm256_madd_epi16(sb[c], B->sc[2 * q + 1])));
-        }
+                for (int c = 0; c < nc; c++)
+                    S[c] = _mm256_add_epi32(
+                        S[c], _mm256_add_epi32(_mm256_madd_epi16(sa[c], B->sc[2 * q]),
+                                               _mm256_madd_epi16(sb[c], B->sc[2 * q + 1])));
+            }
     } else {
 #pragma GCC unroll 1
         for (int h = 0; h < 2; h++)
@@ -637,21 +680,31 @@ AF_TARGET_AVX2 static AF_INLINE float k8_dot(int kind, int64_t n, const void *w,
         __m256i Sv = _mm256_setzero_si256();
         int32_t M = 0, off = 0;
         float d, dmin = 0.0f;
-        if (kind == 0) {
-            const struct blk_q4_k *a = (const struct blk_q4_k *)w + b;
+        if (kind != 2) {
+            const uint8_t *scales, *qs, *qh = NULL;
+            uint16_t d16, dmin16;
+            if (kind == 1) {
+                const struct blk_q5_k *a = (const struct blk_q5_k *)w + b;
+                scales = a->scales, qs = a->qs, qh = a->qh, d16 = a->d, dmin16 = a->dmin;
+            } else {
+                const struct blk_q4_k *a = (const struct blk_q4_k *)w + b;
+                scales = a->scales, qs = a->qs, d16 = a->d, dmin16 = a->dmin;
+            }
             for (int g = 0; g < 8; g++) {
                 uint8_t sc, mn;
-                quant_scale_min_k4(g, a->scales, &sc, &mn);
-                const __m256i q = k8_ld(a->qs + 32 * (g / 2));
-                const __m256i u =
+                quant_scale_min_k4(g, scales, &sc, &mn);
+                const __m256i q = k8_ld(qs + 32 * (g / 2));
+                __m256i u =
                     g % 2 ? _mm256_and_si256(_mm256_srli_epi16(q, 4), m4) : _mm256_and_si256(q, m4);
+                if (qh)
+                    u = _mm256_or_si256(u, k8_b5(k8_ld(qh), g));
                 const __m256i p =
                     _mm256_maddubs_epi16(u, k8_ld((const uint8_t *)(y[b].qs + 32 * g)));
                 Sv = _mm256_add_epi32(Sv, _mm256_madd_epi16(p, _mm256_set1_epi16((short)sc)));
                 M += mn * (y[b].bsums[2 * g] + y[b].bsums[2 * g + 1]);
             }
-            d = _cvtsh_ss(a->d);
-            dmin = _cvtsh_ss(a->dmin);
+            d = _cvtsh_ss(d16);
+            dmin = _cvtsh_ss(dmin16);
         } else {
             const struct blk_q6_k *a = (const struct blk_q6_k *)w + b;
             for (int h = 0; h < 2; h++) {
@@ -676,7 +729,7 @@ AF_TARGET_AVX2 static AF_INLINE float k8_dot(int kind, int64_t n, const void *w,
         const int32_t S = (int32_t)((uint32_t)_mm_cvtsi128_si32(h) - 32u * (uint32_t)off);
         const __m128 yd = _mm_set_ss(y[b].d);
         acc = _mm_fmadd_ss(_mm_mul_ss(_mm_set_ss(d), yd), _mm_set_ss((float)S), acc);
-        if (kind == 0)
+        if (kind != 2)
             acc = _mm_fnmadd_ss(_mm_mul_ss(_mm_set_ss(dmin), yd), _mm_set_ss((float)M), acc);
     }
     return _mm_cvtss_f32(acc);
@@ -725,6 +778,7 @@ AF_TARGET_AVX2 static AF_INLINE float k8_dot(int kind, int64_t n, const void *w,
     }
 
 K8_ENTRIES(q4_k, 0)
+K8_ENTRIES(q5_k, 1)
 K8_ENTRIES(q6_k, 2)
 
 #endif

@@ -144,8 +144,8 @@ void quant_avx512_act_q8_0(const float *x, void *y, int64_t nb);
 void quant_avx512_act_q8_k(const float *x, void *y, int64_t nb);
 
 /* The AVX2 kernels with 8 rows in the lanes: Q8_0 / Q4_0 / Q5_0 (quant_avx2_r8.c) and Q4_K /
- * Q6_K (quant_avx2_k8.c): vec_dot, matmul, the packed form and its matmul, all with the bits of
- * the AVX-512 kernels. */
+ * Q5_K / Q6_K (quant_avx2_k8.c): vec_dot, matmul, the packed form and its matmul, all with the bits
+ * of the AVX-512 kernels. */
 #define QUANT_AVX2_ROWS8(name)                                                                     \
     float quant_avx2_dot_##name(int64_t n, const void *w, const void *x);                          \
     void quant_avx2_matmul_##name(const void *W, size_t wbytes, int64_t k, const void *X,          \
@@ -160,6 +160,7 @@ QUANT_AVX2_ROWS8(q8_0)
 QUANT_AVX2_ROWS8(q4_0)
 QUANT_AVX2_ROWS8(q5_0)
 QUANT_AVX2_ROWS8(q4_k)
+QUANT_AVX2_ROWS8(q5_k)
 QUANT_AVX2_ROWS8(q6_k)
 #undef QUANT_AVX2_ROWS8
 
