@@ -1211,6 +1211,81 @@ static void test_scores_isas(void **state)
     assert_int_equal(quant_set_isa("auto"), 0);
 }
 
+/* The F16 KV cache's attention kernels: on every ISA, the bits of the F32 kernels on the
+ * F16 keys / values converted to F32, for lengths that take each tile, tail and partial block,
+ * 1..7 query rows and a head dimension of 64 (the blocks' poison past the keys is F16 NaN). */
+static void test_kv_f16_kernels(void **state)
+{
+    (void)state;
+    enum { HD = 64, MAXLEN = 211, NG = 7, NB = (MAXLEN + 15) / 16 };
+    static uint16_t kb16[NB][HD * 16], vr16[MAXLEN][HD];
+    static float kb32[NB][HD * 16], vr32[MAXLEN][HD], qv[NG][HD], pv[NG][MAXLEN];
+    struct rng r = {0xf16c};
+    for (int b = 0; b < NB; b++)
+        for (int i = 0; i < HD * 16; i++) {
+            const int live = b * 16 + i % 16 < MAXLEN;
+            kb16[b][i] = live ? quant_f32_to_f16(2.0f * rng_gauss(&r)) : 0x7e00;
+            kb32[b][i] = quant_f16_to_f32(kb16[b][i]);
+        }
+    for (int t = 0; t < MAXLEN; t++)
+        for (int i = 0; i < HD; i++) {
+            vr16[t][i] = quant_f32_to_f16(rng_gauss(&r));
+            vr32[t][i] = quant_f16_to_f32(vr16[t][i]);
+        }
+    for (int g = 0; g < NG; g++) {
+        for (int i = 0; i < HD; i++)
+            qv[g][i] = rng_gauss(&r);
+        for (int t = 0; t < MAXLEN; t++)
+            pv[g][t] = 0.01f * (float)((g * 7 + t * 3) % 17);
+    }
+    const uint16_t *k16[NB], *v16[MAXLEN];
+    const float *k32[NB], *v32[MAXLEN], *q[NG], *a[NG];
+    for (int b = 0; b < NB; b++)
+        k16[b] = kb16[b], k32[b] = kb32[b];
+    for (int t = 0; t < MAXLEN; t++)
+        v16[t] = vr16[t], v32[t] = vr32[t];
+    for (int g = 0; g < NG; g++)
+        q[g] = qv[g], a[g] = pv[g];
+    static const int64_t lens[] = {1, 7, 16, 17, 33, 64, 65, 130, 211};
+    static const char *isas[] = {"ref", "avx2", "avx512"};
+    int ran = 0;
+    for (size_t ii = 0; ii < 3; ii++) {
+        if (quant_set_isa(isas[ii]) != 0)
+            continue;
+        ran++;
+        for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++)
+            for (int64_t ng = 1; ng <= NG; ng += 3) {
+                const int64_t len = lens[li];
+                static float want[NG][MAXLEN + 1], got[NG][MAXLEN + 1];
+                float *w[NG], *o[NG];
+                for (int g = 0; g < NG; g++) {
+                    w[g] = want[g], o[g] = got[g];
+                    for (int t = 0; t <= MAXLEN; t++)
+                        want[g][t] = got[g][t] = t == len ? -7.0f : 99.0f;
+                }
+                quant_scores_kernel()(len, HD, ng, q, k32, w);
+                quant_scores_f16_kernel()(len, HD, ng, q, k16, o);
+                for (int64_t g = 0; g < ng; g++)
+                    if (memcmp(want[g], got[g], (size_t)(len + 1) * sizeof(float)))
+                        fail_msg("%s scores len %lld rows %lld: row %lld differs", isas[ii],
+                                 (long long)len, (long long)ng, (long long)g);
+                /* the value sums: len dims (up to HD) of n = len % 9 + 1 value rows */
+                const int64_t dims = len < HD ? len : HD, n = len % 9 + 1;
+                for (int g = 0; g < NG; g++)
+                    for (int i = 0; i < HD; i++)
+                        want[g][i] = got[g][i] = 0.5f * (float)(i % 5);
+                quant_axpy_rows_kernel()(dims, n, ng, a, v32, w);
+                quant_axpy_rows_f16_kernel()(dims, n, ng, a, v16, o);
+                for (int64_t g = 0; g < ng; g++)
+                    if (memcmp(want[g], got[g], HD * sizeof(float)))
+                        fail_msg("%s value sums dims %lld terms %lld: row %lld differs", isas[ii],
+                                 (long long)dims, (long long)n, (long long)g);
+            }
+    }
+    assert_true(ran >= 1);
+    assert_int_equal(quant_set_isa("auto"), 0);
+}
+
 /* The engine's exp: quant_expf has glibc's expf bits (where glibc runs its FMA build: an x86
  * CPU with FMA), and every ISA's exp and SiLU kernels have quant_expf's, for inputs over the
  * whole float range (every 997th bit pattern), the specials, lengths with tails, and a
@@ -1331,6 +1406,7 @@ int main(void)
         cmocka_unit_test(test_avx2_vs_ref),
         cmocka_unit_test(test_axpy_isas),
         cmocka_unit_test(test_scores_isas),
+        cmocka_unit_test(test_kv_f16_kernels),
         cmocka_unit_test(test_exp_kernels),
         cmocka_unit_test(test_avx512_vs_ref),
         cmocka_unit_test(test_oracle_q8_0),

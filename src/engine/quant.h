@@ -127,6 +127,16 @@ typedef void (*quant_scores_fn)(int64_t len, int64_t hd, int64_t ng, const float
                                 const float *const *kb, float *const *sc);
 quant_scores_fn quant_scores_kernel(void);
 
+/* The same two kernels over an F16 KV cache (keys / values stored as F16): the bits of the F32
+ * kernels on the stored values converted to F32 (exact), so converting first and calling the F32
+ * kernel is their oracle. */
+typedef void (*quant_axpy_rows_f16_fn)(int64_t len, int64_t n, int64_t ng, const float *const *a,
+                                       const uint16_t *const *xs, float *const *y);
+quant_axpy_rows_f16_fn quant_axpy_rows_f16_kernel(void);
+typedef void (*quant_scores_f16_fn)(int64_t len, int64_t hd, int64_t ng, const float *const *q,
+                                    const uint16_t *const *kb, float *const *sc);
+quant_scores_f16_fn quant_scores_f16_kernel(void);
+
 /* exp(x) with the bits of glibc's expf (2.28+, its FMA build) on every libc and ISA: the
  * engine's softmax, SiLU and sampler use it (vexp.c). */
 float quant_expf(float x);

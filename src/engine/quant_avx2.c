@@ -124,10 +124,17 @@ AF_TARGET_AVX2 static void axpy_avx2(int64_t n, float a, const float *x, float *
         y[i] += a * x[i];
 }
 
-/* Up to 4 rows x nv (<= 4) vectors of y in registers across all n terms. */
-AF_TARGET_AVX2 static AF_INLINE void axr_tile_avx2(int nr, int nv, int64_t n, const float *const *a,
-                                                   const float *const *xs, float *const *y,
-                                                   int64_t i0)
+/* 8 floats of x at element i: F32, or F16 converted (exact) for an F16 KV cache. */
+AF_TARGET_AVX2 static AF_INLINE __m256 ld8(int f16, const void *x, int64_t i)
+{
+    return f16 ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)x + i)))
+               : _mm256_loadu_ps((const float *)x + i);
+}
+
+/* Up to 4 rows x nv (<= 4) vectors of y in registers across all n terms; xs F32 or F16. */
+AF_TARGET_AVX2 static AF_INLINE void axr_tile_avx2(int f16, int nr, int nv, int64_t n,
+                                                   const float *const *a, const void *const *xs,
+                                                   float *const *y, int64_t i0)
 {
     __m256 acc[4][4];
 #pragma GCC unroll 4
@@ -139,7 +146,7 @@ AF_TARGET_AVX2 static AF_INLINE void axr_tile_avx2(int nr, int nv, int64_t n, co
         __m256 xv[4];
 #pragma GCC unroll 4
         for (int v = 0; v < nv; v++)
-            xv[v] = _mm256_loadu_ps(xs[t] + i0 + 8 * v);
+            xv[v] = ld8(f16, xs[t], i0 + 8 * v);
 #pragma GCC unroll 4
         for (int r = 0; r < nr; r++) {
             const __m256 ab = _mm256_set1_ps(a[r][t]);
@@ -158,21 +165,22 @@ AF_TARGET_AVX2 static AF_INLINE void axr_tile_avx2(int nr, int nv, int64_t n, co
 #define AXR_ROWS(nv)                                                                               \
     switch (nr) {                                                                                  \
     case 1:                                                                                        \
-        axr_tile_avx2(1, nv, n, ar, xs, yr, i);                                                    \
+        axr_tile_avx2(f16, 1, nv, n, ar, xs, yr, i);                                               \
         break;                                                                                     \
     case 2:                                                                                        \
-        axr_tile_avx2(2, nv, n, ar, xs, yr, i);                                                    \
+        axr_tile_avx2(f16, 2, nv, n, ar, xs, yr, i);                                               \
         break;                                                                                     \
     case 3:                                                                                        \
-        axr_tile_avx2(3, nv, n, ar, xs, yr, i);                                                    \
+        axr_tile_avx2(f16, 3, nv, n, ar, xs, yr, i);                                               \
         break;                                                                                     \
     default:                                                                                       \
-        axr_tile_avx2(4, nv, n, ar, xs, yr, i);                                                    \
+        axr_tile_avx2(f16, 4, nv, n, ar, xs, yr, i);                                               \
         break;                                                                                     \
     }
 
-AF_TARGET_AVX2 static void axpy_rows_avx2(int64_t len, int64_t n, int64_t ng, const float *const *a,
-                                          const float *const *xs, float *const *y)
+AF_TARGET_AVX2 static AF_INLINE void axpy_rows_x(int f16, int64_t len, int64_t n, int64_t ng,
+                                                 const float *const *a, const void *const *xs,
+                                                 float *const *y)
 {
     for (int64_t r0 = 0; r0 < ng; r0 += 4) {
         const int nr = ng - r0 < 4 ? (int)(ng - r0) : 4;
@@ -186,15 +194,30 @@ AF_TARGET_AVX2 static void axpy_rows_avx2(int64_t len, int64_t n, int64_t ng, co
         for (int r = 0; r < nr; r++)
             for (int64_t t = 0; t < n; t++)
                 for (int64_t l = i; l < len; l++)
-                    yr[r][l] += ar[r][t] * xs[t][l];
+                    yr[r][l] += ar[r][t] * (f16 ? _cvtsh_ss(((const uint16_t *)xs[t])[l])
+                                                : ((const float *)xs[t])[l]);
     }
 }
 #undef AXR_ROWS
 
+AF_TARGET_AVX2 static void axpy_rows_avx2(int64_t len, int64_t n, int64_t ng, const float *const *a,
+                                          const float *const *xs, float *const *y)
+{
+    axpy_rows_x(0, len, n, ng, a, (const void *const *)xs, y);
+}
+
+AF_TARGET_AVX2 static void axpy_rows_f16_avx2(int64_t len, int64_t n, int64_t ng,
+                                              const float *const *a, const uint16_t *const *xs,
+                                              float *const *y)
+{
+    axpy_rows_x(1, len, n, ng, a, (const void *const *)xs, y);
+}
+
 /* Up to 4 query rows x nb (<= 2) blocks of 16 positions in registers (16 accumulators) across
- * all of i; the lanes of the last block past n16 (1..16) are neither read nor written. */
-AF_TARGET_AVX2 static AF_INLINE void scores_tile_avx2(int nr, int nb, int64_t hd,
-                                                      const float *const *q, const float *const *kb,
+ * all of i; the lanes of the last block past n16 (1..16) are not written (F32 keys: nor read;
+ * F16 keys are read whole, within the block's storage, and the extra lanes dropped). */
+AF_TARGET_AVX2 static AF_INLINE void scores_tile_avx2(int f16, int nr, int nb, int64_t hd,
+                                                      const float *const *q, const void *const *kb,
                                                       float *const *sc, int64_t t0, int n16)
 {
     __m256 acc[4][4];
@@ -213,8 +236,10 @@ AF_TARGET_AVX2 static AF_INLINE void scores_tile_avx2(int nr, int nb, int64_t hd
         __m256 kv[4];
 #pragma GCC unroll 4
         for (int v = 0; v < 2 * nb; v++) {
-            const float *kr = kb[v / 2] + i * 16 + 8 * (v % 2);
-            kv[v] = v / 2 == nb - 1 ? _mm256_maskload_ps(kr, mask[v % 2]) : _mm256_loadu_ps(kr);
+            const int64_t o = i * 16 + 8 * (v % 2);
+            kv[v] = f16 || v / 2 != nb - 1
+                        ? ld8(f16, kb[v / 2], o)
+                        : _mm256_maskload_ps((const float *)kb[v / 2] + o, mask[v % 2]);
         }
 #pragma GCC unroll 4
         for (int r = 0; r < nr; r++) {
@@ -239,21 +264,22 @@ AF_TARGET_AVX2 static AF_INLINE void scores_tile_avx2(int nr, int nb, int64_t hd
 #define SCORES_ROWS(nb, n16)                                                                       \
     switch (nr) {                                                                                  \
     case 1:                                                                                        \
-        scores_tile_avx2(1, nb, hd, qg, kb + t / 16, sg, t, n16);                                  \
+        scores_tile_avx2(f16, 1, nb, hd, qg, kb + t / 16, sg, t, n16);                             \
         break;                                                                                     \
     case 2:                                                                                        \
-        scores_tile_avx2(2, nb, hd, qg, kb + t / 16, sg, t, n16);                                  \
+        scores_tile_avx2(f16, 2, nb, hd, qg, kb + t / 16, sg, t, n16);                             \
         break;                                                                                     \
     case 3:                                                                                        \
-        scores_tile_avx2(3, nb, hd, qg, kb + t / 16, sg, t, n16);                                  \
+        scores_tile_avx2(f16, 3, nb, hd, qg, kb + t / 16, sg, t, n16);                             \
         break;                                                                                     \
     default:                                                                                       \
-        scores_tile_avx2(4, nb, hd, qg, kb + t / 16, sg, t, n16);                                  \
+        scores_tile_avx2(f16, 4, nb, hd, qg, kb + t / 16, sg, t, n16);                             \
         break;                                                                                     \
     }
 
-AF_TARGET_AVX2 static void scores_avx2(int64_t len, int64_t hd, int64_t ng, const float *const *q,
-                                       const float *const *kb, float *const *sc)
+AF_TARGET_AVX2 static AF_INLINE void scores_x(int f16, int64_t len, int64_t hd, int64_t ng,
+                                              const float *const *q, const void *const *kb,
+                                              float *const *sc)
 {
     for (int64_t g0 = 0; g0 < ng; g0 += 4) {
         const int nr = ng - g0 < 4 ? (int)(ng - g0) : 4;
@@ -270,11 +296,26 @@ AF_TARGET_AVX2 static void scores_avx2(int64_t len, int64_t hd, int64_t ng, cons
 }
 #undef SCORES_ROWS
 
+AF_TARGET_AVX2 static void scores_avx2(int64_t len, int64_t hd, int64_t ng, const float *const *q,
+                                       const float *const *kb, float *const *sc)
+{
+    scores_x(0, len, hd, ng, q, (const void *const *)kb, sc);
+}
+
+AF_TARGET_AVX2 static void scores_f16_avx2(int64_t len, int64_t hd, int64_t ng,
+                                           const float *const *q, const uint16_t *const *kb,
+                                           float *const *sc)
+{
+    scores_x(1, len, hd, ng, q, (const void *const *)kb, sc);
+}
+
 const struct quant_kernels quant_kernels_avx2 = {
     .name = "avx2",
     .scores = scores_avx2,
+    .scores_f16 = scores_f16_avx2,
     .axpy = axpy_avx2,
     .axpy_rows = axpy_rows_avx2,
+    .axpy_rows_f16 = axpy_rows_f16_avx2,
     .exp = quant_exp_avx2,
     .silu_mul = quant_silu_mul_avx2,
     .scale_max = quant_scale_max_avx2,

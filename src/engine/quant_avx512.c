@@ -30,12 +30,18 @@ int quant_avx512_usable(void)
            quant_avx2_usable();
 }
 
+/* 16 floats of x at element i: F32, or F16 converted (exact) for an F16 KV cache. */
+AF_TARGET_AVX512 static AF_INLINE __m512 ld16(int f16, const void *x, int64_t i)
+{
+    return f16 ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)((const uint16_t *)x + i)))
+               : _mm512_loadu_ps((const float *)x + i);
+}
+
 /* Up to 4 rows x nv (<= 4) vectors of y in registers across all n terms; a multiply, then an
- * add, as every ISA's axpy. */
-AF_TARGET_AVX512 static AF_INLINE void axr_tile_avx512(int nr, int nv, int64_t n,
-                                                       const float *const *a,
-                                                       const float *const *xs, float *const *y,
-                                                       int64_t i0)
+ * add, as every ISA's axpy; xs F32 or F16. */
+AF_TARGET_AVX512 static AF_INLINE void axr_tile_avx512(int f16, int nr, int nv, int64_t n,
+                                                       const float *const *a, const void *const *xs,
+                                                       float *const *y, int64_t i0)
 {
     __m512 acc[4][4];
 #pragma GCC unroll 4
@@ -47,7 +53,7 @@ AF_TARGET_AVX512 static AF_INLINE void axr_tile_avx512(int nr, int nv, int64_t n
         __m512 xv[4];
 #pragma GCC unroll 4
         for (int v = 0; v < nv; v++)
-            xv[v] = _mm512_loadu_ps(xs[t] + i0 + 16 * v);
+            xv[v] = ld16(f16, xs[t], i0 + 16 * v);
 #pragma GCC unroll 4
         for (int r = 0; r < nr; r++) {
             const __m512 ab = _mm512_set1_ps(a[r][t]);
@@ -66,22 +72,22 @@ AF_TARGET_AVX512 static AF_INLINE void axr_tile_avx512(int nr, int nv, int64_t n
 #define AXR_ROWS(nv)                                                                               \
     switch (nr) {                                                                                  \
     case 1:                                                                                        \
-        axr_tile_avx512(1, nv, n, ar, xs, yr, i);                                                  \
+        axr_tile_avx512(f16, 1, nv, n, ar, xs, yr, i);                                             \
         break;                                                                                     \
     case 2:                                                                                        \
-        axr_tile_avx512(2, nv, n, ar, xs, yr, i);                                                  \
+        axr_tile_avx512(f16, 2, nv, n, ar, xs, yr, i);                                             \
         break;                                                                                     \
     case 3:                                                                                        \
-        axr_tile_avx512(3, nv, n, ar, xs, yr, i);                                                  \
+        axr_tile_avx512(f16, 3, nv, n, ar, xs, yr, i);                                             \
         break;                                                                                     \
     default:                                                                                       \
-        axr_tile_avx512(4, nv, n, ar, xs, yr, i);                                                  \
+        axr_tile_avx512(f16, 4, nv, n, ar, xs, yr, i);                                             \
         break;                                                                                     \
     }
 
-AF_TARGET_AVX512 static void axpy_rows_avx512(int64_t len, int64_t n, int64_t ng,
-                                              const float *const *a, const float *const *xs,
-                                              float *const *y)
+AF_TARGET_AVX512 static AF_INLINE void axpy_rows_x(int f16, int64_t len, int64_t n, int64_t ng,
+                                                   const float *const *a, const void *const *xs,
+                                                   float *const *y)
 {
     for (int64_t r0 = 0; r0 < ng; r0 += 4) {
         const int nr = ng - r0 < 4 ? (int)(ng - r0) : 4;
@@ -95,16 +101,32 @@ AF_TARGET_AVX512 static void axpy_rows_avx512(int64_t len, int64_t n, int64_t ng
         for (int r = 0; r < nr; r++)
             for (int64_t t = 0; t < n; t++)
                 for (int64_t l = i; l < len; l++)
-                    yr[r][l] += ar[r][t] * xs[t][l];
+                    yr[r][l] += ar[r][t] * (f16 ? _cvtsh_ss(((const uint16_t *)xs[t])[l])
+                                                : ((const float *)xs[t])[l]);
     }
 }
 #undef AXR_ROWS
 
+AF_TARGET_AVX512 static void axpy_rows_avx512(int64_t len, int64_t n, int64_t ng,
+                                              const float *const *a, const float *const *xs,
+                                              float *const *y)
+{
+    axpy_rows_x(0, len, n, ng, a, (const void *const *)xs, y);
+}
+
+AF_TARGET_AVX512 static void axpy_rows_f16_avx512(int64_t len, int64_t n, int64_t ng,
+                                                  const float *const *a, const uint16_t *const *xs,
+                                                  float *const *y)
+{
+    axpy_rows_x(1, len, n, ng, a, (const void *const *)xs, y);
+}
+
 /* Up to 4 query rows x nb (<= 4) blocks of 16 positions in registers (16 accumulators) across
- * all of i; the lanes of the last block outside `last` are neither read nor written. */
-AF_TARGET_AVX512 static AF_INLINE void scores_tile_avx512(int nr, int nb, int64_t hd,
+ * all of i; the lanes of the last block outside `last` are neither read nor written (F16 keys:
+ * masked lanes load as 0). */
+AF_TARGET_AVX512 static AF_INLINE void scores_tile_avx512(int f16, int nr, int nb, int64_t hd,
                                                           const float *const *q,
-                                                          const float *const *kb, float *const *sc,
+                                                          const void *const *kb, float *const *sc,
                                                           int64_t t0, __mmask16 last)
 {
     __m512 acc[4][4];
@@ -117,8 +139,10 @@ AF_TARGET_AVX512 static AF_INLINE void scores_tile_avx512(int nr, int nb, int64_
         __m512 kv[4];
 #pragma GCC unroll 4
         for (int v = 0; v < nb; v++)
-            kv[v] = v == nb - 1 ? _mm512_maskz_loadu_ps(last, kb[v] + i * 16)
-                                : _mm512_loadu_ps(kb[v] + i * 16);
+            kv[v] = v != nb - 1 ? ld16(f16, kb[v], i * 16)
+                    : f16       ? _mm512_cvtph_ps(
+                                      _mm256_maskz_loadu_epi16(last, (const uint16_t *)kb[v] + i * 16))
+                          : _mm512_maskz_loadu_ps(last, (const float *)kb[v] + i * 16);
 #pragma GCC unroll 4
         for (int r = 0; r < nr; r++) {
             const __m512 qb = _mm512_set1_ps(q[r][i]);
@@ -141,22 +165,22 @@ AF_TARGET_AVX512 static AF_INLINE void scores_tile_avx512(int nr, int nb, int64_
 #define SCORES_ROWS(nb, last)                                                                      \
     switch (nr) {                                                                                  \
     case 1:                                                                                        \
-        scores_tile_avx512(1, nb, hd, qg, kb + t / 16, sg, t, last);                               \
+        scores_tile_avx512(f16, 1, nb, hd, qg, kb + t / 16, sg, t, last);                          \
         break;                                                                                     \
     case 2:                                                                                        \
-        scores_tile_avx512(2, nb, hd, qg, kb + t / 16, sg, t, last);                               \
+        scores_tile_avx512(f16, 2, nb, hd, qg, kb + t / 16, sg, t, last);                          \
         break;                                                                                     \
     case 3:                                                                                        \
-        scores_tile_avx512(3, nb, hd, qg, kb + t / 16, sg, t, last);                               \
+        scores_tile_avx512(f16, 3, nb, hd, qg, kb + t / 16, sg, t, last);                          \
         break;                                                                                     \
     default:                                                                                       \
-        scores_tile_avx512(4, nb, hd, qg, kb + t / 16, sg, t, last);                               \
+        scores_tile_avx512(f16, 4, nb, hd, qg, kb + t / 16, sg, t, last);                          \
         break;                                                                                     \
     }
 
-AF_TARGET_AVX512 static void scores_avx512(int64_t len, int64_t hd, int64_t ng,
-                                           const float *const *q, const float *const *kb,
-                                           float *const *sc)
+AF_TARGET_AVX512 static AF_INLINE void scores_x(int f16, int64_t len, int64_t hd, int64_t ng,
+                                                const float *const *q, const void *const *kb,
+                                                float *const *sc)
 {
     for (int64_t g0 = 0; g0 < ng; g0 += 4) {
         const int nr = ng - g0 < 4 ? (int)(ng - g0) : 4;
@@ -173,10 +197,26 @@ AF_TARGET_AVX512 static void scores_avx512(int64_t len, int64_t hd, int64_t ng,
 }
 #undef SCORES_ROWS
 
+AF_TARGET_AVX512 static void scores_avx512(int64_t len, int64_t hd, int64_t ng,
+                                           const float *const *q, const float *const *kb,
+                                           float *const *sc)
+{
+    scores_x(0, len, hd, ng, q, (const void *const *)kb, sc);
+}
+
+AF_TARGET_AVX512 static void scores_f16_avx512(int64_t len, int64_t hd, int64_t ng,
+                                               const float *const *q, const uint16_t *const *kb,
+                                               float *const *sc)
+{
+    scores_x(1, len, hd, ng, q, (const void *const *)kb, sc);
+}
+
 const struct quant_kernels quant_kernels_avx512 = {
     .name = "avx512",
     .scores = scores_avx512,
+    .scores_f16 = scores_f16_avx512,
     .axpy_rows = axpy_rows_avx512,
+    .axpy_rows_f16 = axpy_rows_f16_avx512,
     .exp = quant_exp_avx512,
     .silu_mul = quant_silu_mul_avx512,
     .scale_max = quant_scale_max_avx512,

@@ -35,6 +35,10 @@ static void merge(const struct quant_kernels *const *layers, int n)
             k.axpy_rows = layers[i]->axpy_rows;
         if (layers[i]->scores)
             k.scores = layers[i]->scores;
+        if (layers[i]->axpy_rows_f16)
+            k.axpy_rows_f16 = layers[i]->axpy_rows_f16;
+        if (layers[i]->scores_f16)
+            k.scores_f16 = layers[i]->scores_f16;
         if (layers[i]->exp)
             k.exp = layers[i]->exp;
         if (layers[i]->silu_mul)
@@ -134,6 +138,16 @@ quant_axpy_rows_fn quant_axpy_rows_kernel(void)
 quant_scores_fn quant_scores_kernel(void)
 {
     return kernels()->scores;
+}
+
+quant_axpy_rows_f16_fn quant_axpy_rows_f16_kernel(void)
+{
+    return kernels()->axpy_rows_f16;
+}
+
+quant_scores_f16_fn quant_scores_f16_kernel(void)
+{
+    return kernels()->scores_f16;
 }
 
 quant_exp_fn quant_exp_kernel(void)

@@ -127,6 +127,8 @@ struct quant_kernels {
     void (*axpy)(int64_t n, float a, const float *x, float *y);
     quant_axpy_rows_fn axpy_rows;
     quant_scores_fn scores;
+    quant_axpy_rows_f16_fn axpy_rows_f16;
+    quant_scores_f16_fn scores_f16;
     quant_exp_fn exp;
     quant_silu_mul_fn silu_mul;
     quant_scale_max_fn scale_max;

@@ -938,11 +938,35 @@ static void scores_ref(int64_t len, int64_t hd, int64_t ng, const float *const *
         }
 }
 
+/* The F16 KV cache's kernels: the F32 kernels' arithmetic on the converted values (exact). */
+static void axpy_rows_f16_ref(int64_t len, int64_t n, int64_t ng, const float *const *a,
+                              const uint16_t *const *xs, float *const *y)
+{
+    for (int64_t r = 0; r < ng; r++)
+        for (int64_t t = 0; t < n; t++)
+            for (int64_t i = 0; i < len; i++)
+                y[r][i] += a[r][t] * quant_f16_to_f32(xs[t][i]);
+}
+
+static void scores_f16_ref(int64_t len, int64_t hd, int64_t ng, const float *const *q,
+                           const uint16_t *const *kb, float *const *sc)
+{
+    for (int64_t g = 0; g < ng; g++)
+        for (int64_t t = 0; t < len; t++) {
+            float a = 0;
+            for (int64_t i = 0; i < hd; i++)
+                a += q[g][i] * quant_f16_to_f32(kb[t / 16][i * 16 + t % 16]);
+            sc[g][t] = a;
+        }
+}
+
 const struct quant_kernels quant_kernels_ref = {
     .name = "ref",
     .scores = scores_ref,
+    .scores_f16 = scores_f16_ref,
     .axpy = axpy_ref,
     .axpy_rows = axpy_rows_ref,
+    .axpy_rows_f16 = axpy_rows_f16_ref,
     .exp = quant_exp_ref,
     .silu_mul = quant_silu_mul_ref,
     .scale_max = quant_scale_max_ref,
