@@ -436,11 +436,13 @@ static void check_alone(const struct af_engine_params *ep, struct gen_job *j)
     check_alone_on(tiny_path, ep, j);
 }
 
-/* Eight generations at once on the model at path, each checked against itself alone. */
-static void batched_equals_alone(const char *path)
+/* Eight generations at once on the model at path, each checked against itself alone; with
+ * kv_f16, on an F16 KV cache. */
+static void batched_equals_alone(const char *path, int kv_f16)
 {
     char err[1024];
     struct af_engine_params ep = invariant_params();
+    ep.kv_f16 = kv_f16;
     ep.prefill_chunk = 16; /* prompts in several chunks, between decode steps */
     struct af_engine *shared = NULL;
     assert_int_equal(af_engine_load(path, &ep, &shared, err, sizeof err), 0);
@@ -483,7 +485,54 @@ static void batched_equals_alone(const char *path)
 static void test_concurrent_batching(void **state)
 {
     (void)state;
-    batched_equals_alone(tiny_path);
+    batched_equals_alone(tiny_path, 0);
+}
+
+/* An F16 KV cache (kv_f16): batched equals alone as with F32; its blocks take half the bytes;
+ * and its logits are close to the F32 cache's but not the same (each key and value is rounded
+ * once), over a 300-token prompt. */
+static void test_kv_f16(void **state)
+{
+    (void)state;
+    batched_equals_alone(tiny_path, 1);
+    char err[1024];
+    struct af_engine_params ep = invariant_params();
+    struct af_engine *e32 = NULL, *e16 = NULL;
+    assert_int_equal(af_engine_load(tiny_path, &ep, &e32, err, sizeof err), 0);
+    ep.kv_f16 = 1;
+    assert_int_equal(af_engine_load(tiny_path, &ep, &e16, err, sizeof err), 0);
+    json_int_t bytes[2];
+    struct af_engine *es[2] = {e32, e16};
+    for (int i = 0; i < 2; i++) {
+        char *info = af_engine_info_json(es[i]);
+        json_t *j = json_loads(info, 0, NULL);
+        free(info);
+        json_t *kv = json_object_get(j, "kv_cache");
+        assert_string_equal(json_string_value(json_object_get(kv, "type")), i ? "f16" : "f32");
+        bytes[i] = json_integer_value(json_object_get(kv, "block_bytes"));
+        json_decref(j);
+    }
+    assert_true(bytes[0] > 0 && bytes[1] * 2 == bytes[0]);
+    const int64_t nv = af_engine_n_vocab(e32);
+    enum { N = 300 };
+    int32_t ids[N];
+    for (int i = 0; i < N; i++)
+        ids[i] = (int32_t)((i * 7919 + 13) % (nv * 9 / 10));
+    float *l32 = malloc((size_t)nv * sizeof *l32), *l16 = malloc((size_t)nv * sizeof *l16);
+    assert_int_equal(af_engine_logits(e32, ids, N, 0, l32, err, sizeof err), 0);
+    assert_int_equal(af_engine_logits(e16, ids, N, 0, l16, err, sizeof err), 0);
+    double amax = 0, dmax = 0;
+    for (int64_t i = 0; i < nv; i++) {
+        amax = fmax(amax, fabs((double)l32[i]));
+        dmax = fmax(dmax, fabs((double)l16[i] - (double)l32[i]));
+    }
+    printf("F16 KV against F32 KV: max |dlogit| %.3g of |logit| up to %.3g\n", dmax, amax);
+    assert_true(dmax > 0);
+    assert_true(dmax < 2e-2 * amax);
+    free(l32);
+    free(l16);
+    af_engine_free(e32);
+    af_engine_free(e16);
 }
 
 /* The same on K-quant weights: the tiny shape's 64-wide rows do not fill a 256-value Q4_K block,
@@ -496,7 +545,7 @@ static void test_concurrent_batching_q4_k_m(void **state)
     struct af_engine_random_params rp = {"qwen2", "custom:2,256,4,2,512", "Q4_K_M", 9, NULL};
     if (af_engine_make_random(&rp, path, err, sizeof err))
         fail_msg("make-random: %s", err);
-    batched_equals_alone(path);
+    batched_equals_alone(path, 0);
     unlink(path);
 }
 
@@ -1274,6 +1323,20 @@ static void test_cli_model(void **state)
     assert_int_equal(json_array_size(json_object_get(j, "logprobs")), 7);
     json_decref(j);
     proc_result_deinit(&r);
+    /* --kv-type: f16 runs; a bad type names the flag and the value */
+    r = cli((const char *[]){"model", "generate", path, "--prompt", "hi", "-n", "3", "--json",
+                             "--ignore-eos", "--kv-type", "f16", NULL});
+    assert_int_equal(r.exit_code, 0);
+    j = json_loads(r.out, 0, &je);
+    assert_non_null(j);
+    assert_int_equal(json_integer_value(json_object_get(j, "n_generated")), 3);
+    json_decref(j);
+    proc_result_deinit(&r);
+    r = cli((const char *[]){"model", "generate", path, "--prompt", "hi", "--kv-type", "q8", NULL});
+    assert_int_not_equal(r.exit_code, 0);
+    assert_non_null(strstr(r.err, "--kv-type"));
+    assert_non_null(strstr(r.err, "q8"));
+    proc_result_deinit(&r);
     /* The whole flow on the in-process engine, every slot sharing the model. */
     FILE *f = fopen(cfg, "w");
     fputs("{\"max_tokens\": 24}", f);
@@ -1414,6 +1477,7 @@ int main(void)
         cmocka_unit_test(test_prefix_cache),
         cmocka_unit_test(test_batch_invariant),
         cmocka_unit_test(test_concurrent_batching),
+        cmocka_unit_test(test_kv_f16),
         cmocka_unit_test(test_concurrent_batching_q4_k_m),
         cmocka_unit_test(test_cancel_in_batch),
         cmocka_unit_test(test_sampling),

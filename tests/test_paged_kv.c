@@ -69,7 +69,7 @@ static void test_match_share_and_copy(void **state)
 {
     (void)state;
     struct model m = shape();
-    struct kv_pool *p = kv_pool_new(&m, 0);
+    struct kv_pool *p = kv_pool_new(&m, 0, 0);
     struct radix *t = radix_new(p);
     int32_t a[40], b[40];
     seq_of(a, 40, 100);
@@ -121,7 +121,7 @@ static void test_held_blocks_stay(void **state)
 {
     (void)state;
     struct model m = shape();
-    struct kv_pool *p = kv_pool_new(&m, 0);
+    struct kv_pool *p = kv_pool_new(&m, 0, 0);
     p->max_blocks = 3;
     struct radix *t = radix_new(p);
     int32_t a[48];
@@ -155,7 +155,7 @@ static void test_lru_order(void **state)
 {
     (void)state;
     struct model m = shape();
-    struct kv_pool *p = kv_pool_new(&m, 0);
+    struct kv_pool *p = kv_pool_new(&m, 0, 0);
     p->max_blocks = 4;
     struct radix *t = radix_new(p);
     int32_t x[17], y[17], z[17];
@@ -196,7 +196,7 @@ static void test_copy_on_write_and_invalidate(void **state)
 {
     (void)state;
     struct model m = shape();
-    struct kv_pool *p = kv_pool_new(&m, 0);
+    struct kv_pool *p = kv_pool_new(&m, 0, 0);
     struct radix *t = radix_new(p);
     int32_t a[33];
     seq_of(a, 33, 5);

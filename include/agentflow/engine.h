@@ -47,6 +47,11 @@ struct af_engine_params {
                                   paused (its blocks freed, the full ones left cached) and
                                   resumed later with the same text. The oldest always runs,
                                   past the size if it must. 0 = prefix_cache_bytes (default) */
+    int kv_f16;                /* keys and values cached as F16 (`--kv-type f16`), as llama.cpp's
+                                  default cache: half the KV memory (twice the tokens under
+                                  kv_budget_bytes) and half the bytes attention reads; each key
+                                  and value is rounded once, so logits move by about 1e-3 of
+                                  their size. 0 = F32 (default: the reference bits) */
 };
 struct af_engine_params af_engine_default_params(void);
 

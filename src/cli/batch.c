@@ -45,6 +45,7 @@ enum {
     OPT_MAX_BATCH,
     OPT_DRAFT,
     OPT_KV_BUDGET,
+    OPT_KV_TYPE,
     OPT_CHAT_TEMPLATE,
     OPT_LAST_SHARED
 };
@@ -89,6 +90,7 @@ static const struct option common_opts[] = {
     {"prefill-chunk", required_argument, 0, OPT_PREFILL_CHUNK},
     {"draft", required_argument, 0, OPT_DRAFT},
     {"kv-mib", required_argument, 0, OPT_KV_BUDGET},
+    {"kv-type", required_argument, 0, OPT_KV_TYPE},
     {"kv-budget", required_argument, 0, OPT_KV_BUDGET}, /* the older name of --kv-mib */
     {"max-batch", required_argument, 0, OPT_MAX_BATCH},
     {"chat-template", required_argument, 0, OPT_CHAT_TEMPLATE},
@@ -210,6 +212,13 @@ int run_args_handle(struct run_args *a, const char *cmd, int o, const char *arg)
             return -1;
         json_object_set_new(a->flags, "kv_mib", json_integer((json_int_t)d));
         return 1;
+    case OPT_KV_TYPE:
+        if (strcmp(arg, "f32") && strcmp(arg, "f16")) {
+            fprintf(stderr, "agentflow %s: --kv-type: expected f32 or f16, got '%s'\n", cmd, arg);
+            return -1;
+        }
+        json_object_set_new(a->flags, "kv_type", json_string(arg));
+        return 1;
     case OPT_DRAFT:
         if (run_parse_number(cmd, "draft", arg, 0, 32, &d))
             return -1;
@@ -250,6 +259,8 @@ void run_common_usage(FILE *f)
                "                     cached prefixes together (0 = 1024); when it is full the\n"
                "                     newest generation is paused and resumed later, same text\n"
                "                     (--kv-budget MB: the same)\n"
+               "  --kv-type f32|f16  the KV cache's element type: f16 holds twice the tokens and\n"
+               "                     halves what attention reads; logits move by ~1e-3 (f32)\n"
                "\n"
                "flow:\n"
                "  --max-steps N      turns (default 10)\n"

@@ -30,7 +30,8 @@ static void model_usage(FILE *f)
            "       agentflow model quantize IN.gguf OUT.gguf TYPE [--name NAME]\n"
            "       agentflow model merge BASE.gguf ADAPTER_DIR OUT.gguf [--type T]\n"
            "\n"
-           "Common options: --threads N, --ctx N, --chat-template chatml|llama3.\n"
+           "Common options: --threads N, --ctx N, --chat-template chatml|llama3,\n"
+           "  --kv-type f32|f16 (the KV cache's element type; f16 rounds keys and values).\n"
            "tokenize prints the ids on one line (BOS added as the vocabulary says, special\n"
            "  token texts such as <|im_start|> matched, unless --no-bos / --no-special).\n"
            "logits prints {\"n_tokens\":N,\"top\":[[id,logit],...]} for the last position.\n"
@@ -59,6 +60,7 @@ enum {
     OPT_THREADS = 256,
     OPT_CTX,
     OPT_TMPL,
+    OPT_KV_TYPE,
     OPT_PROMPT,
     OPT_TOP,
     OPT_CHAT,
@@ -86,6 +88,7 @@ static const struct option model_opts[] = {
     {"threads", required_argument, 0, OPT_THREADS},
     {"ctx", required_argument, 0, OPT_CTX},
     {"chat-template", required_argument, 0, OPT_TMPL},
+    {"kv-type", required_argument, 0, OPT_KV_TYPE},
     {"prompt", required_argument, 0, OPT_PROMPT},
     {"top", required_argument, 0, OPT_TOP},
     {"chat", no_argument, 0, OPT_CHAT},
@@ -155,6 +158,13 @@ static int parse_one(struct model_args *a, int o, const char *v)
         break;
     case OPT_TMPL:
         a->ep.chat_template = v;
+        break;
+    case OPT_KV_TYPE:
+        if (strcmp(v, "f32") && strcmp(v, "f16")) {
+            fprintf(stderr, "agentflow model: --kv-type: expected f32 or f16, got '%s'\n", v);
+            return -1;
+        }
+        a->ep.kv_f16 = !strcmp(v, "f16");
         break;
     case OPT_PROMPT:
         a->prompt = v;

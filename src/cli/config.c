@@ -198,6 +198,11 @@ static int apply_top_key(struct run_config *c, const char *k, json_t *v, const c
         if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > (1 << 24))
             return bad(err, errlen, origin, k, "a non-negative number of MiB (0 = 1024)");
         c->kv_mib = (int)json_integer_value(v);
+    } else if (!strcmp(k, "kv_type")) {
+        if (!json_is_string(v) ||
+            (strcmp(json_string_value(v), "f32") && strcmp(json_string_value(v), "f16")))
+            return bad(err, errlen, origin, k, "\"f32\" (default) or \"f16\"");
+        c->kv_f16 = !strcmp(json_string_value(v), "f16");
     } else if (!strcmp(k, "draft")) {
         if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > 32)
             return bad(err, errlen, origin, k, "an integer from 0 (off) to 32");
@@ -424,6 +429,7 @@ static struct af_llm *open_one(const struct run_config *c, const struct slot_cfg
         ep.prefill_chunk = c->prefill_chunk;
         ep.draft_max = c->draft;
         ep.kv_budget_bytes = (size_t)c->kv_mib << 20;
+        ep.kv_f16 = c->kv_f16;
         ep.max_batch = c->max_batch;
         char msg[1024];
         struct af_llm *llm = af_llm_gguf_new(s->url + 5, &ep, msg, sizeof msg);
@@ -548,6 +554,7 @@ json_t *config_to_json(const struct run_config *c)
     json_object_set_new(j, "prefill_chunk", json_integer(c->prefill_chunk));
     json_object_set_new(j, "draft", json_integer(c->draft));
     json_object_set_new(j, "kv_mib", json_integer(c->kv_mib));
+    json_object_set_new(j, "kv_type", json_string(c->kv_f16 ? "f16" : "f32"));
     json_object_set_new(j, "max_batch", json_integer(c->max_batch));
     json_object_set_new(j, "chat_template",
                         c->chat_template ? json_string(c->chat_template) : json_null());

@@ -42,6 +42,7 @@ struct run_config {
     int prefill_chunk;    /* in-process engine: prompt tokens per scheduler step (0 = 256) */
     int draft;            /* in-process engine: prompt-lookup draft tokens per step (0 = off) */
     int kv_mib;           /* in-process engine: the paged KV cache's MiB (0 = 1024) */
+    int kv_f16;           /* in-process engine: keys and values cached as F16 (kv_type "f16") */
     int max_batch;        /* in-process engine: generations decoded together (0 = 64) */
     char *chat_template;  /* in-process engine: "chatml", "llama3" or NULL = the model's */
     json_t *effective;    /* the merged configuration as JSON, for records */

@@ -103,7 +103,8 @@ int af_engine_load(const char *path, const struct af_engine_params *p, struct af
     e->draft_max = p->draft_max < 0 ? 0 : p->draft_max > 32 ? 32 : p->draft_max;
     /* One pool holds the running sequences' KV and the cached prefixes: kv_budget_bytes sizes
      * it, else the older prefix_cache_bytes (0 for both: no limit). */
-    e->pool = kv_pool_new(m, p->kv_budget_bytes ? p->kv_budget_bytes : p->prefix_cache_bytes);
+    e->pool =
+        kv_pool_new(m, p->kv_budget_bytes ? p->kv_budget_bytes : p->prefix_cache_bytes, p->kv_f16);
     e->tree = radix_new(e->pool);
     e->kv_budget_tokens = e->pool->max_blocks * KV_BLOCK;
     e->logits = af_xmalloc((size_t)m->hp.n_vocab * sizeof(float));
@@ -360,9 +361,10 @@ char *af_engine_info_json(struct af_engine *e)
                         json_integer((json_int_t)e->n_preempted));
     const struct kv_snap *ks = &e->kv_snap;
     json_object_set_new(j, "kv_cache",
-                        json_pack("{s:i,s:I,s:I,s:I,s:I,s:I,s:I}", "block_tokens", KV_BLOCK,
-                                  "block_bytes", (json_int_t)kv_pool_block_bytes(e->pool),
-                                  "blocks_total", (json_int_t)e->pool->max_blocks, "blocks_used",
+                        json_pack("{s:i,s:s,s:I,s:I,s:I,s:I,s:I,s:I}", "block_tokens", KV_BLOCK,
+                                  "type", e->pool->f16 ? "f16" : "f32", "block_bytes",
+                                  (json_int_t)kv_pool_block_bytes(e->pool), "blocks_total",
+                                  (json_int_t)e->pool->max_blocks, "blocks_used",
                                   (json_int_t)ks->blocks_used, "blocks_cached",
                                   (json_int_t)ks->blocks_cached, "hit_tokens", (json_int_t)ks->hits,
                                   "evicted_blocks", (json_int_t)ks->evicted));

@@ -396,18 +396,27 @@ static void attention_unit(struct fwd_ctx *c, int64_t il, int64_t j, int64_t kvh
     const float scale = 1.0f / sqrtf((float)hd);
     const quant_scores_fn scores = quant_scores_kernel();
     const quant_axpy_rows_fn axpy_rows = quant_axpy_rows_kernel();
+    const quant_scores_f16_fn scores16 = quant_scores_f16_kernel();
+    const quant_axpy_rows_f16_fn axpy_rows16 = quant_axpy_rows_f16_kernel();
     const quant_exp_fn exp_sub = quant_exp_kernel();
     const quant_scale_max_fn scale_max = quant_scale_max_kernel();
     const quant_scale_fn scale_by = quant_scale_kernel();
     const struct kv_seq *s = c->row_seq[j];
+    const int f16 = s->pool->f16;
     float *sc0 = c->scores + (size_t)tid * (size_t)(group * c->max_ctx);
     const int64_t n_keys = c->row_pos[j] + 1;
     /* The keys straight from their blocks, ATT_KEY_BLOCK positions per call. */
     const float *kb[ATT_KEY_BLOCK / KV_BLOCK];
+    const uint16_t *kb16[ATT_KEY_BLOCK / KV_BLOCK];
     for (int64_t t0 = 0; t0 < n_keys; t0 += ATT_KEY_BLOCK) {
         const int64_t len = n_keys - t0 < ATT_KEY_BLOCK ? n_keys - t0 : ATT_KEY_BLOCK;
-        for (int64_t b = 0; b * KV_BLOCK < len; b++)
-            kb[b] = kv_block_k(s->pool, s->blocks[t0 / KV_BLOCK + b], il) + kvh * hd * KV_BLOCK;
+        for (int64_t b = 0; b * KV_BLOCK < len; b++) {
+            const int32_t id = s->blocks[t0 / KV_BLOCK + b];
+            if (f16)
+                kb16[b] = (const uint16_t *)kv_block_kv(s->pool, id, il, 0) + kvh * hd * KV_BLOCK;
+            else
+                kb[b] = kv_block_k(s->pool, id, il) + kvh * hd * KV_BLOCK;
+        }
         for (int64_t g0 = 0; g0 < group; g0 += ATT_Q_ROWS) {
             const int64_t ng = group - g0 < ATT_Q_ROWS ? group - g0 : ATT_Q_ROWS;
             const float *qs[ATT_Q_ROWS];
@@ -416,7 +425,10 @@ static void attention_unit(struct fwd_ctx *c, int64_t il, int64_t j, int64_t kvh
                 qs[g] = c->q + (j * nh + kvh * group + g0 + g) * hd;
                 ss[g] = sc0 + (g0 + g) * c->max_ctx + t0;
             }
-            scores(len, hd, ng, qs, kb, ss);
+            if (f16)
+                scores16(len, hd, ng, qs, kb16, ss);
+            else
+                scores(len, hd, ng, qs, kb, ss);
         }
     }
     for (int64_t g0 = 0; g0 < group; g0 += ATT_Q_ROWS) {
@@ -437,18 +449,26 @@ static void attention_unit(struct fwd_ctx *c, int64_t il, int64_t j, int64_t kvh
         /* The value rows in spans, each loaded once for the ng heads, whose outputs
          * stay in registers across a span's terms. */
         const float *vrows[ATT_V_SPAN];
+        const uint16_t *vrows16[ATT_V_SPAN];
         for (int64_t t0 = 0; t0 < n_keys; t0 += ATT_V_SPAN) {
             const int64_t len = n_keys - t0 < ATT_V_SPAN ? n_keys - t0 : ATT_V_SPAN;
             for (int64_t t = t0; t < t0 + len; t++) {
-                const float *V = kv_block_v(s->pool, s->blocks[t / KV_BLOCK], il);
-                vrows[t - t0] = V + (t % KV_BLOCK) * kvd + kvh * hd;
+                const int32_t id = s->blocks[t / KV_BLOCK];
+                const int64_t vo = (t % KV_BLOCK) * kvd + kvh * hd;
+                if (f16)
+                    vrows16[t - t0] = (const uint16_t *)kv_block_kv(s->pool, id, il, 1) + vo;
+                else
+                    vrows[t - t0] = kv_block_v(s->pool, id, il) + vo;
             }
             for (int64_t g = 0; g < ng; g++) {
                 float *sc = sc0 + (g0 + g) * c->max_ctx;
                 scale_by(len, sc + t0, inv[g]);
                 a[g] = sc + t0;
             }
-            axpy_rows(hd, len, ng, a, vrows, o);
+            if (f16)
+                axpy_rows16(hd, len, ng, a, vrows16, o);
+            else
+                axpy_rows(hd, len, ng, a, vrows, o);
         }
     }
 }
@@ -474,6 +494,15 @@ static void store_kv(struct fwd_ctx *fc, int64_t il, int64_t nb, const float *k,
         struct kv_seq *s = fc->row_seq[j];
         const int64_t pos = fc->row_pos[j], o = pos % KV_BLOCK, kvd = s->kv_dim;
         const int32_t blk = s->blocks[pos / KV_BLOCK];
+        if (s->pool->f16) { /* rounded to nearest even once, here, as ggml's F16 cache */
+            uint16_t *vt = (uint16_t *)kv_block_kv(s->pool, blk, il, 1) + o * kvd;
+            uint16_t *kt = kv_block_kv(s->pool, blk, il, 0);
+            for (int64_t d = 0; d < kvd; d++) {
+                vt[d] = quant_f32_to_f16(v[j * kvd + d]);
+                kt[d * KV_BLOCK + o] = quant_f32_to_f16(k[j * kvd + d]);
+            }
+            continue;
+        }
         memcpy(kv_block_v(s->pool, blk, il) + o * kvd, v + j * kvd, (size_t)kvd * sizeof(float));
         float *kt = kv_block_k(s->pool, blk, il);
         for (int64_t d = 0; d < kvd; d++)

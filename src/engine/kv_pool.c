@@ -9,12 +9,13 @@
 #include "core/xalloc.h"
 #include "engine/model.h"
 
-struct kv_pool *kv_pool_new(const struct model *m, size_t max_bytes)
+struct kv_pool *kv_pool_new(const struct model *m, size_t max_bytes, int f16)
 {
     struct kv_pool *p = af_xcalloc(1, sizeof *p);
     p->n_layer = m->hp.n_layer;
     p->kv_dim = m->hp.n_head_kv * m->hp.head_dim;
-    p->block_floats = (size_t)(p->n_layer * 2 * p->kv_dim * KV_BLOCK);
+    p->f16 = f16 != 0;
+    p->block_elems = (size_t)(p->n_layer * 2 * p->kv_dim * KV_BLOCK);
     const size_t bb = kv_pool_block_bytes(p);
     p->max_blocks = max_bytes ? (int64_t)(max_bytes / bb) : INT32_MAX;
     if (p->max_blocks < 1)
@@ -37,7 +38,7 @@ void kv_pool_free(struct kv_pool *p)
 
 size_t kv_pool_block_bytes(const struct kv_pool *p)
 {
-    return p->block_floats * sizeof(float);
+    return p->block_elems * (p->f16 ? sizeof(uint16_t) : sizeof(float));
 }
 
 int64_t kv_pool_n_free(const struct kv_pool *p)
@@ -151,7 +152,7 @@ void kv_seq_init_pool(struct kv_seq *s, struct kv_pool *p)
 
 void kv_seq_init(struct kv_seq *s, const struct model *m)
 {
-    kv_seq_init_pool(s, kv_pool_new(m, 0));
+    kv_seq_init_pool(s, kv_pool_new(m, 0, 0));
     s->own_pool = 1;
 }
 

@@ -4,8 +4,10 @@
  * sequence is a table of block ids plus a length. Blocks are reference-counted: a block full
  * of a shared prefix is held by the radix tree (radix.h) and by every sequence that reuses it.
  *
- * Block layout, per layer l (F32): keys transposed [kv_dim][KV_BLOCK] (the score loop reads
- * one dimension of many positions), then values [KV_BLOCK][kv_dim].
+ * Block layout, per layer l: keys transposed [kv_dim][KV_BLOCK] (the score loop reads one
+ * dimension of many positions), then values [KV_BLOCK][kv_dim]; F32, or F16 in a pool made
+ * with f16 set (half the bytes a block, and half what attention reads; the values are rounded
+ * once, when stored).
  *
  * Invariants: a block with ref > 1 is full and never written (a sequence writes only into
  * blocks it holds alone; kv_seq_reserve copies a shared one first). Storage of freed blocks is
@@ -28,7 +30,7 @@ struct model;
 struct radix_node;
 
 struct kv_block {
-    float *data;     /* n_layer * 2 * kv_dim * KV_BLOCK floats; NULL = no storage */
+    void *data;      /* n_layer * 2 * kv_dim * KV_BLOCK elements; NULL = no storage */
     int32_t ref;     /* holders: sequences' tables and the radix tree; 0 = free */
     int32_t in_tree; /* one of the holders is a radix tree node */
 };
@@ -39,7 +41,8 @@ typedef int (*kv_evict_fn)(void *user);
 
 struct kv_pool {
     int64_t n_layer, kv_dim;
-    size_t block_floats;
+    int f16;            /* elements are F16 (uint16_t), else F32 */
+    size_t block_elems; /* elements a block */
     int64_t max_blocks; /* the budget in blocks; allocations past it need `force` */
     struct kv_block *blk;
     int32_t n_blk, cap_blk;
@@ -53,8 +56,8 @@ struct kv_pool {
 };
 
 /* A pool for m's shapes holding at most max_bytes of blocks (at least one block; 0 = no
- * limit). Owned by the caller (kv_pool_free). */
-struct kv_pool *kv_pool_new(const struct model *m, size_t max_bytes);
+ * limit), of F16 elements when f16 is set, else F32. Owned by the caller (kv_pool_free). */
+struct kv_pool *kv_pool_new(const struct model *m, size_t max_bytes, int f16);
 void kv_pool_free(struct kv_pool *p);
 size_t kv_pool_block_bytes(const struct kv_pool *p);
 
@@ -72,14 +75,21 @@ void kv_pool_tree_drop(struct kv_pool *p, int32_t id);
 /* Blocks that could be had without force and without eviction. */
 int64_t kv_pool_n_free(const struct kv_pool *p);
 
-/* Keys of layer l in block id: [kv_dim][KV_BLOCK]; values: [KV_BLOCK][kv_dim]. */
+/* Keys (kv 0) or values (kv 1) of layer l in block id: keys [kv_dim][KV_BLOCK], values
+ * [KV_BLOCK][kv_dim], of the pool's element type. */
+static inline void *kv_block_kv(const struct kv_pool *p, int32_t id, int64_t l, int kv)
+{
+    return (char *)p->blk[id].data +
+           (size_t)((l * 2 + kv) * p->kv_dim * KV_BLOCK) * (p->f16 ? 2 : 4);
+}
+/* The same, typed: F32 pools only. */
 static inline float *kv_block_k(const struct kv_pool *p, int32_t id, int64_t l)
 {
-    return p->blk[id].data + (size_t)(l * 2 * p->kv_dim * KV_BLOCK);
+    return (float *)kv_block_kv(p, id, l, 0);
 }
 static inline float *kv_block_v(const struct kv_pool *p, int32_t id, int64_t l)
 {
-    return p->blk[id].data + (size_t)((l * 2 + 1) * p->kv_dim * KV_BLOCK);
+    return (float *)kv_block_kv(p, id, l, 1);
 }
 
 /* One token sequence: its tokens and a block table covering at least its n positions. */
