@@ -11,7 +11,11 @@
  *
  * --concurrent 1,2,4,8 instead runs N generations at once on one engine (continuous batching)
  * and reports their aggregate decode tokens/s; --invariant loads the engine in batch-invariant
- * mode (what Flow-GRPO's rollouts use), to see what it costs.
+ * mode (what Flow-GRPO's rollouts use), to see what it costs. --concurrent-prompt P gives each
+ * generation its own P-token prompt (default 32; longer ones are evaluated and cached before the
+ * timed run, which then measures decoding over long contexts, where attention over their KV
+ * weighs in). --kv-type f16
+ * loads the engine with an F16 KV cache.
  *
  * Models are generated once into DIR (default /tmp/agentflow-bench) with a fixed seed. Prints a
  * markdown table; record it in docs/PERFORMANCE.md.
@@ -29,12 +33,13 @@
 #define USAGE                                                                                      \
     "usage: bench/engine [--types F32,F16,Q8_0,Q4_0,Q4_K_M] [-p 512] [-n 128] [-t 2]\n"            \
     "                    [--prefix 2000] [--shape qwen2.5-0.5b] [--dir DIR] [--vocab GGUF]\n"      \
-    "                    [--concurrent 1,2,4,8] [--invariant 0|1]\n"
+    "                    [--concurrent 1,2,4,8] [--invariant 0|1] [--concurrent-prompt 32]\n"      \
+    "                    [--kv-type f32|f16]\n"
 
 struct opts {
     char types[256], concurrent[128];
     const char *shape, *dir, *vocab;
-    int pp, tg, threads, prefix, invariant;
+    int pp, tg, threads, prefix, invariant, cprompt, kv_f16;
 };
 
 static void rand_ids(int32_t *ids, int n, int64_t nv, uint64_t *st)
@@ -61,28 +66,35 @@ static int gen(struct af_engine *e, const int32_t *ids, int n, int n_gen,
 
 struct job {
     struct af_engine *e;
-    int32_t ids[32];
-    int tg, rc;
+    int32_t *ids;
+    int n_ids, tg, rc;
 };
 
 static void *job_run(void *arg)
 {
     struct job *j = arg;
     struct af_engine_result r;
-    j->rc = gen(j->e, j->ids, 32, j->tg, &r);
+    j->rc = gen(j->e, j->ids, j->n_ids, j->tg, &r);
     af_engine_result_deinit(&r);
     return NULL;
 }
 
-/* N generations of tg tokens from 32-token prompts at once: aggregate tokens/s. */
-static double concurrent_run(struct af_engine *e, int n, int tg, uint64_t *st)
+/* N generations of tg tokens from np-token prompts at once: aggregate tokens/s over the wall
+ * time. Prompts longer than 32 tokens are evaluated first, one by one (the radix cache keeps
+ * them), so that the timed run is the decode of N sequences over their long contexts. */
+static double concurrent_run(struct af_engine *e, int n, int tg, int np, uint64_t *st)
 {
     struct job *jobs = calloc((size_t)n, sizeof *jobs);
     pthread_t *th = calloc((size_t)n, sizeof *th);
     for (int i = 0; i < n; i++) {
         jobs[i].e = e;
         jobs[i].tg = tg;
-        rand_ids(jobs[i].ids, 32, af_engine_n_vocab(e), st);
+        jobs[i].n_ids = np;
+        jobs[i].ids = malloc((size_t)np * sizeof *jobs[i].ids);
+        rand_ids(jobs[i].ids, np, af_engine_n_vocab(e), st);
+        struct af_engine_result r;
+        if (np > 32 && gen(e, jobs[i].ids, np, 1, &r) == 0)
+            af_engine_result_deinit(&r);
     }
     const double t0 = af_clock_ms();
     for (int i = 0; i < n; i++)
@@ -93,6 +105,8 @@ static double concurrent_run(struct af_engine *e, int n, int tg, uint64_t *st)
         rc |= jobs[i].rc;
     }
     const double s = (af_clock_ms() - t0) / 1000.0;
+    for (int i = 0; i < n; i++)
+        free(jobs[i].ids);
     free(jobs);
     free(th);
     return rc ? -1 : (double)n * tg / s;
@@ -114,6 +128,7 @@ static int one_type(const struct opts *o, const char *type)
     ep.n_threads = o->threads;
     ep.n_ctx = 4096;
     ep.batch_invariant = o->invariant;
+    ep.kv_f16 = o->kv_f16;
     struct af_engine *e = NULL;
     if (af_engine_load(path, &ep, &e, err, sizeof err)) {
         fprintf(stderr, "bench/engine: %s\n", err);
@@ -132,7 +147,7 @@ static int one_type(const struct opts *o, const char *type)
         char *save = NULL;
         for (char *tok = strtok_r(list, ",", &save); tok && !rc; tok = strtok_r(NULL, ",", &save)) {
             const int n = atoi(tok);
-            const double tps = n > 0 ? concurrent_run(e, n, o->tg, &st) : -1;
+            const double tps = n > 0 ? concurrent_run(e, n, o->tg, o->cprompt, &st) : -1;
             if (tps < 0) {
                 rc = -1;
                 break;
@@ -194,6 +209,8 @@ int main(int argc, char **argv)
                      128,
                      2,
                      2000,
+                     0,
+                     32,
                      0};
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--types"))
@@ -216,6 +233,10 @@ int main(int argc, char **argv)
             snprintf(o.concurrent, sizeof o.concurrent, "%s", argv[i + 1]);
         else if (!strcmp(argv[i], "--invariant"))
             o.invariant = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--concurrent-prompt"))
+            o.cprompt = atoi(argv[i + 1]) < 1 ? 1 : atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--kv-type"))
+            o.kv_f16 = !strcmp(argv[i + 1], "f16");
         else {
             fprintf(stderr, "bench/engine: unknown option %s\n%s", argv[i], USAGE);
             return 2;
@@ -226,12 +247,13 @@ int main(int argc, char **argv)
         return 2;
     }
     mkdir(o.dir, 0755);
-    printf("shape %s, %d threads, pp%d / tg%d, prefix %d tokens%s\n\n", o.shape, o.threads, o.pp,
-           o.tg, o.prefix, o.invariant ? ", batch-invariant engine" : "");
+    printf("shape %s, %d threads, pp%d / tg%d, prefix %d tokens%s, %s KV cache\n\n", o.shape,
+           o.threads, o.pp, o.tg, o.prefix, o.invariant ? ", batch-invariant engine" : "",
+           o.kv_f16 ? "F16" : "F32");
     if (o.concurrent[0]) {
-        printf("| type | generations at once | aggregate decode tok/s (32-token prompts, tg %d "
+        printf("| type | generations at once | aggregate decode tok/s (%d-token prompts, tg %d "
                "each) | |\n|---|---|---|---|\n",
-               o.tg);
+               o.cprompt, o.tg);
         int rc = 0;
         for (char *t = strtok(o.types, ","); t; t = strtok(NULL, ","))
             rc |= one_type(&o, t);
