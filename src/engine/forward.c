@@ -392,7 +392,6 @@ static void attention_unit(struct fwd_ctx *c, int64_t il, int64_t j, int64_t kvh
 {
     const struct model_hparams *hp = &c->m->hp;
     const int64_t hd = hp->head_dim, nh = hp->n_head, nkv = hp->n_head_kv, group = nh / nkv;
-    const int64_t kvd = hp->n_head_kv * hp->head_dim;
     const float scale = 1.0f / sqrtf((float)hd);
     const quant_scores_fn scores = quant_scores_kernel();
     const quant_axpy_rows_fn axpy_rows = quant_axpy_rows_kernel();
@@ -454,7 +453,7 @@ static void attention_unit(struct fwd_ctx *c, int64_t il, int64_t j, int64_t kvh
             const int64_t len = n_keys - t0 < ATT_V_SPAN ? n_keys - t0 : ATT_V_SPAN;
             for (int64_t t = t0; t < t0 + len; t++) {
                 const int32_t id = s->blocks[t / KV_BLOCK];
-                const int64_t vo = (t % KV_BLOCK) * kvd + kvh * hd;
+                const int64_t vo = (kvh * KV_BLOCK + t % KV_BLOCK) * hd;
                 if (f16)
                     vrows16[t - t0] = (const uint16_t *)kv_block_kv(s->pool, id, il, 1) + vo;
                 else
@@ -493,17 +492,21 @@ static void store_kv(struct fwd_ctx *fc, int64_t il, int64_t nb, const float *k,
     for (int64_t j = 0; j < nb; j++) {
         struct kv_seq *s = fc->row_seq[j];
         const int64_t pos = fc->row_pos[j], o = pos % KV_BLOCK, kvd = s->kv_dim;
+        const int64_t hd = fc->m->hp.head_dim;
         const int32_t blk = s->blocks[pos / KV_BLOCK];
+        /* values per kv head: [head][KV_BLOCK][hd], so one head's rows are contiguous */
         if (s->pool->f16) { /* rounded to nearest even once, here, as ggml's F16 cache */
-            uint16_t *vt = (uint16_t *)kv_block_kv(s->pool, blk, il, 1) + o * kvd;
+            uint16_t *vt = kv_block_kv(s->pool, blk, il, 1);
             uint16_t *kt = kv_block_kv(s->pool, blk, il, 0);
             for (int64_t d = 0; d < kvd; d++) {
-                vt[d] = quant_f32_to_f16(v[j * kvd + d]);
+                vt[((d / hd) * KV_BLOCK + o) * hd + d % hd] = quant_f32_to_f16(v[j * kvd + d]);
                 kt[d * KV_BLOCK + o] = quant_f32_to_f16(k[j * kvd + d]);
             }
             continue;
         }
-        memcpy(kv_block_v(s->pool, blk, il) + o * kvd, v + j * kvd, (size_t)kvd * sizeof(float));
+        float *vt = kv_block_v(s->pool, blk, il);
+        for (int64_t h = 0; h < kvd / hd; h++)
+            memcpy(vt + (h * KV_BLOCK + o) * hd, v + j * kvd + h * hd, (size_t)hd * sizeof(float));
         float *kt = kv_block_k(s->pool, blk, il);
         for (int64_t d = 0; d < kvd; d++)
             kt[d * KV_BLOCK + o] = k[j * kvd + d];

@@ -5,7 +5,8 @@
  * of a shared prefix is held by the radix tree (radix.h) and by every sequence that reuses it.
  *
  * Block layout, per layer l: keys transposed [kv_dim][KV_BLOCK] (the score loop reads one
- * dimension of many positions), then values [KV_BLOCK][kv_dim]; F32, or F16 in a pool made
+ * dimension of many positions), then values per kv head [n_head_kv][KV_BLOCK][head_dim] (a
+ * head's 16 rows contiguous, one stream for the value sums); F32, or F16 in a pool made
  * with f16 set (half the bytes a block, and half what attention reads; the values are rounded
  * once, when stored).
  *
@@ -76,7 +77,7 @@ void kv_pool_tree_drop(struct kv_pool *p, int32_t id);
 int64_t kv_pool_n_free(const struct kv_pool *p);
 
 /* Keys (kv 0) or values (kv 1) of layer l in block id: keys [kv_dim][KV_BLOCK], values
- * [KV_BLOCK][kv_dim], of the pool's element type. */
+ * [n_head_kv][KV_BLOCK][head_dim], of the pool's element type. */
 static inline void *kv_block_kv(const struct kv_pool *p, int32_t id, int64_t l, int kv)
 {
     return (char *)p->blk[id].data +
