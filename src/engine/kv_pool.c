@@ -5,6 +5,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "core/xalloc.h"
 #include "engine/model.h"
@@ -30,7 +31,11 @@ void kv_pool_free(struct kv_pool *p)
     if (!p)
         return;
     for (int32_t i = 0; i < p->n_blk; i++)
-        free(p->blk[i].data);
+        if (!p->blk[i].slab)
+            free(p->blk[i].data);
+    for (size_t i = 0; i < p->n_slabs; i++)
+        munmap(p->slabs[i], p->slab_bytes);
+    free(p->slabs);
     free(p->blk);
     free(p->free_ids);
     free(p);
@@ -47,6 +52,40 @@ int64_t kv_pool_n_free(const struct kv_pool *p)
     return f > 0 ? f : 0;
 }
 
+/* Storage for one block from the newest slab, a new slab (2 MiB aligned, on huge pages where
+ * the kernel has them) when it is used up; NULL when none can be mapped. */
+static void *carve(struct kv_pool *p)
+{
+    const size_t bb = kv_pool_block_bytes(p), huge = (size_t)2 << 20;
+    if (!p->carve_left) {
+        if (!p->slab_bytes) { /* 32 MiB, or 4 blocks when they are larger */
+            const size_t want = bb * 4 > ((size_t)32 << 20) ? bb * 4 : (size_t)32 << 20;
+            p->slab_bytes = (want + huge - 1) / huge * huge;
+        }
+        /* over-map by 2 MiB to align the slab; the ends are unmapped */
+        char *m = mmap(NULL, p->slab_bytes + huge, PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (m == MAP_FAILED)
+            return NULL;
+        char *a = (char *)(((uintptr_t)m + huge - 1) / huge * huge);
+        if (a > m)
+            munmap(m, (size_t)(a - m));
+        if (a + p->slab_bytes < m + p->slab_bytes + huge)
+            munmap(a + p->slab_bytes, (size_t)(m + p->slab_bytes + huge - (a + p->slab_bytes)));
+#ifdef MADV_HUGEPAGE
+        (void)madvise(a, p->slab_bytes, MADV_HUGEPAGE);
+#endif
+        p->slabs = af_xrealloc(p->slabs, (p->n_slabs + 1) * sizeof *p->slabs);
+        p->slabs[p->n_slabs++] = a;
+        p->carve = a;
+        p->carve_left = p->slab_bytes / bb;
+    }
+    void *r = p->carve;
+    p->carve += bb;
+    p->carve_left--;
+    return r;
+}
+
 /* A new descriptor (no storage, ref 0). */
 static int32_t new_desc(struct kv_pool *p)
 {
@@ -55,7 +94,7 @@ static int32_t new_desc(struct kv_pool *p)
         p->blk = af_xrealloc(p->blk, (size_t)p->cap_blk * sizeof *p->blk);
         p->free_ids = af_xrealloc(p->free_ids, (size_t)p->cap_blk * sizeof *p->free_ids);
     }
-    p->blk[p->n_blk] = (struct kv_block){NULL, 0, 0};
+    p->blk[p->n_blk] = (struct kv_block){NULL, 0, 0, 0};
     return p->n_blk++;
 }
 
@@ -88,7 +127,10 @@ int kv_pool_alloc(struct kv_pool *p, int force, int32_t *id)
     const int32_t i = p->n_free ? take_free(p) : new_desc(p);
     struct kv_block *b = &p->blk[i];
     if (!b->data) {
-        b->data = af_xmalloc(kv_pool_block_bytes(p));
+        b->data = p->n_live < p->max_blocks ? carve(p) : NULL;
+        b->slab = b->data != NULL;
+        if (!b->data) /* past the budget (forced), or no slab to be had: given back when freed */
+            b->data = af_xmalloc(kv_pool_block_bytes(p));
         p->n_live++;
     }
     b->ref = 1;
@@ -114,7 +156,7 @@ void kv_pool_unref(struct kv_pool *p, int32_t id)
         return;
     }
     p->n_used--;
-    if (p->n_live > p->max_blocks) { /* past the budget (a forced block): give it back */
+    if (p->n_live > p->max_blocks && !b->slab) { /* past the budget (forced): give it back */
         free(b->data);
         b->data = NULL;
         p->n_live--;

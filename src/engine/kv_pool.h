@@ -34,6 +34,7 @@ struct kv_block {
     void *data;      /* n_layer * 2 * kv_dim * KV_BLOCK elements; NULL = no storage */
     int32_t ref;     /* holders: sequences' tables and the radix tree; 0 = free */
     int32_t in_tree; /* one of the holders is a radix tree node */
+    int32_t slab;    /* the storage is carved from a slab (kept until the pool goes) */
 };
 
 /* Called when the pool has no free block under its budget: frees one unreferenced block
@@ -54,6 +55,12 @@ struct kv_pool {
     int64_t n_cached; /* of them, held by the radix tree alone (evictable) */
     kv_evict_fn evict;
     void *evict_user;
+    /* Storage under the budget is carved from slabs on huge pages: attention reads a layer's
+     * slice of hundreds of blocks a step, and with a 4 KiB page each its own TLB miss. */
+    void **slabs;
+    size_t n_slabs, slab_bytes;
+    char *carve;       /* the next free byte of the newest slab */
+    size_t carve_left; /* blocks left in it */
 };
 
 /* A pool for m's shapes holding at most max_bytes of blocks (at least one block; 0 = no
