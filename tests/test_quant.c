@@ -564,110 +564,36 @@ static float *matmul_split_equal(uint32_t t, const uint8_t *W, const uint8_t *X,
     return full;
 }
 
-/* The AVX2 kernels of the 32-blocks (quant_avx2_r8.c), Q8_0, Q4_0 and Q5_0: every output of the
- * matmul and the vec_dot has the bits of the scalar twin above, whatever the batch size (a lone
- * token included), token offset or row split; the packed form gives the row-major bits, and so
- * do the AVX-512 kernels where the CPU has them. k = 130 blocks crosses the on-the-fly k chunks,
- * m = 67 the token chunk; 37 rows end in a partial group and a partial half. */
-static void test_avx2_r8(void **state)
-{
-    (void)state;
-    if (quant_set_isa("avx2") != 0)
-        skip();
-    static const uint32_t types[] = {GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_Q5_0};
-    static const int64_t nbs[] = {1, 5, 130};
-    static const int64_t ms[] = {1, 2, 3, 5, 8, 67};
-    const int64_t rows = 37, m = 67;
-    struct rng r = {0x5eed};
-    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++)
-        for (size_t ki = 0; ki < sizeof nbs / sizeof nbs[0]; ki++) {
-            const uint32_t t = types[ti];
-            const int64_t k = 32 * nbs[ki];
-            assert_int_equal(quant_set_isa("avx2"), 0);
-            assert_true(quant_matmul_m1_invariant(t));
-            float *fw = rand_vec(&r, rows * k, 0.05f), *fx = rand_vec(&r, m * k, 1.0f);
-            uint8_t *W = quantize_rows(t, fw, rows, k), *X = prepare_rows(t, fx, m, k);
-            const size_t xb = quant_row_bytes(GGML_TYPE_Q8_0, k), wb = quant_row_bytes(t, k);
-            /* tokens in batches of 2, 3 and 62; rows split 0..19 / 19..37 */
-            static const int64_t cuts[] = {0, 2, 5, 67};
-            float *full = matmul_split_equal(t, W, X, k, rows, m, cuts, 19);
-            for (int64_t j = 0; j < m; j++)
-                for (int64_t i = 0; i < rows; i++) {
-                    const float want =
-                        dot_block_order(t, k, W + (size_t)i * wb, X + (size_t)j * xb);
-                    const float dot = quant_vec_dot(t, k, W + (size_t)i * wb, X + (size_t)j * xb);
-                    if (memcmp(&want, &full[j * rows + i], sizeof want) ||
-                        memcmp(&want, &dot, sizeof want))
-                        fail_msg("%s k=%lld row %lld tok %lld: matmul %.9g, dot %.9g, twin %.9g",
-                                 quant_type_name(t), (long long)k, (long long)i, (long long)j,
-                                 (double)full[j * rows + i], (double)dot, (double)want);
-                }
-            const size_t pbytes = quant_packed_bytes(t, rows, k);
-            assert_int_equal(pbytes, (size_t)48 * wb);
-            uint8_t *P = aligned_alloc(64, (pbytes + 63) / 64 * 64);
-            float *pk = malloc((size_t)(rows * m) * sizeof *pk);
-            assert_non_null(P);
-            assert_non_null(pk);
-            quant_pack(t, W, rows, k, P);
-            for (size_t mi = 0; mi < sizeof ms / sizeof ms[0]; mi++) {
-                memset(pk, 0xff, (size_t)(rows * ms[mi]) * sizeof *pk);
-                assert_int_equal(quant_matmul_packed(t, P, rows, k, X, ms[mi], pk, rows, 0, 16), 0);
-                assert_int_equal(quant_matmul_packed(t, P, rows, k, X, ms[mi], pk, rows, 16, rows),
-                                 0);
-                for (int64_t j = 0; j < ms[mi]; j++)
-                    if (memcmp(pk + j * rows, full + j * rows, (size_t)rows * sizeof *pk))
-                        fail_msg("%s k=%lld m=%lld: the packed matmul's bits differ",
-                                 quant_type_name(t), (long long)k, (long long)ms[mi]);
-            }
-            if (quant_set_isa("avx512") == 0) {
-                float *o5 = malloc((size_t)(rows * m) * sizeof *o5);
-                assert_non_null(o5);
-                quant_matmul(t, W, k, X, m, o5, rows, 0, rows);
-                assert_memory_equal(o5, full, (size_t)(rows * m) * sizeof *o5);
-                free(o5);
-            }
-            free(fw);
-            free(fx);
-            free(W);
-            free(X);
-            free(P);
-            free(pk);
-            free(full);
-        }
-    assert_int_equal(quant_set_isa("auto"), 0);
-}
+typedef float (*chain_twin_fn)(uint32_t t, int64_t k, const uint8_t *w, const uint8_t *x);
 
-/* The AVX2 K-quant kernels (quant_avx2_k8.c): every output of the matmul and the vec_dot has
- * the bits of the scalar twin above, whatever the batch size (a lone token included), token
- * offset or row split; the packed form gives the row-major bits for every batch size (a lone
- * token and a pair take the fused path, more the unpacked block), and so do the AVX-512 kernels
- * where the CPU has them. 37 rows end in a partial group and a partial half; m = 67 crosses the
- * token chunk; k of 1, 3 and 29 blocks (an odd count pads Q6_K's run of d). */
-static void test_avx2_k8(void **state)
+/* The AVX2 kernels with 8 rows in the lanes, for each type and k of nbs blocks (37 rows, 67
+ * tokens): every output of the matmul and the vec_dot has the bits of the scalar twin, whatever
+ * the batch size (the token batches cuts[]), token offset or row split; the packed form (of
+ * half_bytes(t, nb) a half of 8 rows) gives the row-major bits for every batch size in ms and
+ * declines a row range off the 16-row groups; the AVX-512 kernels give the same bits where the
+ * CPU has them, a lone token's included. */
+static void avx2_rows8(const uint32_t *types, size_t nt, const int64_t *nbs, size_t nk,
+                       chain_twin_fn twin, const int64_t cuts[4], uint64_t seed,
+                       size_t (*half_bytes)(uint32_t t, int64_t nb))
 {
-    (void)state;
     if (quant_set_isa("avx2") != 0)
         skip();
-    static const uint32_t types[] = {GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K};
-    static const int64_t nbs[] = {1, 3, 29};
     static const int64_t ms[] = {1, 2, 3, 5, 8, 67};
     const int64_t rows = 37, m = 67;
-    struct rng r = {0x48b};
-    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++)
-        for (size_t ki = 0; ki < sizeof nbs / sizeof nbs[0]; ki++) {
+    struct rng r = {seed};
+    for (size_t ti = 0; ti < nt; ti++)
+        for (size_t ki = 0; ki < nk; ki++) {
             const uint32_t t = types[ti];
-            const int64_t k = 256 * nbs[ki];
+            const int64_t k = quant_block_elems(t) * nbs[ki];
             assert_int_equal(quant_set_isa("avx2"), 0);
             assert_true(quant_matmul_m1_invariant(t));
             float *fw = rand_vec(&r, rows * k, 0.05f), *fx = rand_vec(&r, m * k, 1.0f);
             uint8_t *W = quantize_rows(t, fw, rows, k), *X = prepare_rows(t, fx, m, k);
-            const size_t xb = quant_row_bytes(GGML_TYPE_Q8_K, k), wb = quant_row_bytes(t, k);
-            /* tokens in batches of 1, 3 and 63; rows split 0..19 / 19..37 */
-            static const int64_t cuts[] = {0, 1, 4, 67};
+            const size_t xb = quant_row_bytes(quant_vec_dot_type(t), k), wb = quant_row_bytes(t, k);
             float *full = matmul_split_equal(t, W, X, k, rows, m, cuts, 19);
             for (int64_t j = 0; j < m; j++)
                 for (int64_t i = 0; i < rows; i++) {
-                    const float want = dot_k_order(t, k, W + (size_t)i * wb, X + (size_t)j * xb);
+                    const float want = twin(t, k, W + (size_t)i * wb, X + (size_t)j * xb);
                     const float dot = quant_vec_dot(t, k, W + (size_t)i * wb, X + (size_t)j * xb);
                     if (memcmp(&want, &full[j * rows + i], sizeof want) ||
                         memcmp(&want, &dot, sizeof want))
@@ -675,12 +601,9 @@ static void test_avx2_k8(void **state)
                                  quant_type_name(t), (long long)k, (long long)i, (long long)j,
                                  (double)full[j * rows + i], (double)dot, (double)want);
                 }
-            /* 3 groups of 16 rows, each 2 halves of 8 rows' blocks; Q6_K's halves end in the
-             * rows' d, 16 bytes a block, the run padded to 32 */
-            const size_t half = (size_t)8 * wb - (t == GGML_TYPE_Q6_K ? 16 * (size_t)nbs[ki] : 0) +
-                                (t == GGML_TYPE_Q6_K ? (16 * (size_t)nbs[ki] + 31) / 32 * 32 : 0);
+            /* 3 groups of 16 rows, each 2 halves of 8 */
             const size_t pbytes = quant_packed_bytes(t, rows, k);
-            assert_int_equal(pbytes, 6 * half);
+            assert_int_equal(pbytes, 6 * half_bytes(t, nbs[ki]));
             uint8_t *P = aligned_alloc(64, (pbytes + 63) / 64 * 64);
             float *pk = malloc((size_t)(rows * m) * sizeof *pk);
             assert_non_null(P);
@@ -716,6 +639,41 @@ static void test_avx2_k8(void **state)
             free(full);
         }
     assert_int_equal(quant_set_isa("auto"), 0);
+}
+
+/* A half's bytes: 8 rows' blocks. */
+static size_t half_rows8(uint32_t t, int64_t nb)
+{
+    return (size_t)8 * quant_row_bytes(t, quant_block_elems(t) * nb);
+}
+
+/* Q6_K's half: its blocks less their d, then the 8 rows' d of every block, padded to 32. */
+static size_t half_k8(uint32_t t, int64_t nb)
+{
+    if (t != GGML_TYPE_Q6_K)
+        return half_rows8(t, nb);
+    return half_rows8(t, nb) - 16 * (size_t)nb + (16 * (size_t)nb + 31) / 32 * 32;
+}
+
+/* The 32-blocks (quant_avx2_r8.c), Q8_0, Q4_0 and Q5_0: k = 130 blocks crosses the on-the-fly k
+ * chunks; tokens in batches of 2, 3 and 62. */
+static void test_avx2_r8(void **state)
+{
+    (void)state;
+    static const uint32_t types[] = {GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_Q5_0};
+    static const int64_t nbs[] = {1, 5, 130}, cuts[] = {0, 2, 5, 67};
+    avx2_rows8(types, 3, nbs, 3, dot_block_order, cuts, 0x5eed, half_rows8);
+}
+
+/* The K-quants (quant_avx2_k8.c), Q4_K, Q5_K and Q6_K: a lone token and a pair take the fused
+ * path, more the unpacked block; an odd count of blocks pads Q6_K's run of d; tokens in batches
+ * of 1, 3 and 63. */
+static void test_avx2_k8(void **state)
+{
+    (void)state;
+    static const uint32_t types[] = {GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K};
+    static const int64_t nbs[] = {1, 3, 29}, cuts[] = {0, 1, 4, 67};
+    avx2_rows8(types, 3, nbs, 3, dot_k_order, cuts, 0x48b, half_k8);
 }
 
 /* The AVX-512 quantized kernels are batch invariant: every matmul output (register tiles,

@@ -284,6 +284,39 @@ AF_TARGET_AVX2 static AF_INLINE void k8_pass(int kind, int nc, const struct k8_b
         acc[c0 + c] = a[c];
 }
 
+/* The chunk's tc tokens against B (block b), K8_C at a time. */
+AF_TARGET_AVX2 static AF_INLINE void k8_chunk(int kind, const struct k8_blk *B, const uint8_t *X,
+                                              size_t xbytes, int64_t b, int64_t tc, __m256 *acc)
+{
+    for (int64_t c0 = 0; c0 < tc; c0 += K8_C) {
+        const int nc = tc - c0 < K8_C ? (int)(tc - c0) : K8_C;
+        switch (nc) {
+        case 1:
+            k8_pass(kind, 1, B, X, xbytes, b, c0, acc);
+            break;
+        case 2:
+            k8_pass(kind, 2, B, X, xbytes, b, c0, acc);
+            break;
+        case 3:
+            k8_pass(kind, 3, B, X, xbytes, b, c0, acc);
+            break;
+        default:
+            k8_pass(kind, 4, B, X, xbytes, b, c0, acc);
+            break;
+        }
+    }
+}
+
+/* The first nr lanes of acc[0..tc) into out + c x ldo. */
+AF_TARGET_AVX2 static AF_INLINE void k8_store_acc(float *out, int64_t ldo, int nr, int64_t tc,
+                                                  const __m256 *acc)
+{
+    const __m256i mk =
+        _mm256_cmpgt_epi32(_mm256_set1_epi32(nr), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    for (int64_t c = 0; c < tc; c++)
+        _mm256_maskstore_ps(out + c * ldo, mk, acc[c]);
+}
+
 /* Rows [r0, r1) against m tokens (m >= 2): 8 rows at a time (the last repeat the last row;
  * they are not stored), token chunks of K8_TC, each block unpacked once per chunk. */
 AF_TARGET_AVX2 static AF_INLINE void k8_matmul(int kind, const void *W, size_t wbytes, int64_t k,
@@ -306,28 +339,9 @@ AF_TARGET_AVX2 static AF_INLINE void k8_matmul(int kind, const void *W, size_t w
                 acc[c] = _mm256_setzero_ps();
             for (int64_t b = 0; b < nb; b++) {
                 k8_unpack(kind, rp, b, &B);
-                for (int64_t c0 = 0; c0 < tc; c0 += K8_C) {
-                    const int nc = tc - c0 < K8_C ? (int)(tc - c0) : K8_C;
-                    switch (nc) {
-                    case 1:
-                        k8_pass(kind, 1, &B, Xc, xbytes, b, c0, acc);
-                        break;
-                    case 2:
-                        k8_pass(kind, 2, &B, Xc, xbytes, b, c0, acc);
-                        break;
-                    case 3:
-                        k8_pass(kind, 3, &B, Xc, xbytes, b, c0, acc);
-                        break;
-                    default:
-                        k8_pass(kind, 4, &B, Xc, xbytes, b, c0, acc);
-                        break;
-                    }
-                }
+                k8_chunk(kind, &B, Xc, xbytes, b, tc, acc);
             }
-            const __m256i mk = _mm256_cmpgt_epi32(_mm256_set1_epi32(nr),
-                                                  _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-            for (int64_t c = 0; c < tc; c++)
-                _mm256_maskstore_ps(out + (j0 + c) * ldo + r, mk, acc[c]);
+            k8_store_acc(out + j0 * ldo + r, ldo, nr, tc, acc);
         }
     }
 }
@@ -643,28 +657,9 @@ AF_TARGET_AVX2 static AF_INLINE void k8_matmul_packed(int kind, const uint8_t *P
                     continue;
                 }
                 k8_plev(kind, ob, &B);
-                for (int64_t c0 = 0; c0 < tc; c0 += K8_C) {
-                    const int nc = tc - c0 < K8_C ? (int)(tc - c0) : K8_C;
-                    switch (nc) {
-                    case 1:
-                        k8_pass(kind, 1, &B, Xc, xbytes, b, c0, acc);
-                        break;
-                    case 2:
-                        k8_pass(kind, 2, &B, Xc, xbytes, b, c0, acc);
-                        break;
-                    case 3:
-                        k8_pass(kind, 3, &B, Xc, xbytes, b, c0, acc);
-                        break;
-                    default:
-                        k8_pass(kind, 4, &B, Xc, xbytes, b, c0, acc);
-                        break;
-                    }
-                }
+                k8_chunk(kind, &B, Xc, xbytes, b, tc, acc);
             }
-            const __m256i mk = _mm256_cmpgt_epi32(_mm256_set1_epi32(nr),
-                                                  _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-            for (int64_t c = 0; c < tc; c++)
-                _mm256_maskstore_ps(out + (j0 + c) * ldo + r, mk, acc[c]);
+            k8_store_acc(out + j0 * ldo + r, ldo, nr, tc, acc);
         }
     }
 }
