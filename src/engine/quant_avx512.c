@@ -98,11 +98,13 @@ AF_TARGET_AVX512 static AF_INLINE void axpy_rows_x(int f16, int64_t len, int64_t
             AXR_ROWS(4)
         for (; i + 16 <= len; i += 16)
             AXR_ROWS(1)
-        for (int r = 0; r < nr; r++)
-            for (int64_t t = 0; t < n; t++)
-                for (int64_t l = i; l < len; l++)
-                    yr[r][l] += ar[r][t] * (f16 ? _cvtsh_ss(((const uint16_t *)xs[t])[l])
-                                                : ((const float *)xs[t])[l]);
+        /* the rows past the vectors; guarded, as the empty loop nest cost ~10 cycles a key */
+        if (i < len)
+            for (int r = 0; r < nr; r++)
+                for (int64_t t = 0; t < n; t++)
+                    for (int64_t l = i; l < len; l++)
+                        yr[r][l] += ar[r][t] * (f16 ? _cvtsh_ss(((const uint16_t *)xs[t])[l])
+                                                    : ((const float *)xs[t])[l]);
     }
 }
 #undef AXR_ROWS
