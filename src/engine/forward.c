@@ -434,17 +434,22 @@ static void attention_unit(struct fwd_ctx *c, int64_t il, int64_t j, int64_t kvh
         const int64_t ng = group - g0 < ATT_Q_ROWS ? group - g0 : ATT_Q_ROWS;
         float inv[ATT_Q_ROWS] = {0}, *o[ATT_Q_ROWS] = {0};
         const float *a[ATT_Q_ROWS];
+        double sum[ATT_Q_ROWS] = {0};
         for (int64_t g = 0; g < ng; g++) {
             float *sc = sc0 + (g0 + g) * c->max_ctx;
             const float mx = scale_max(n_keys, sc, scale);
             exp_sub(n_keys, sc, mx, 1.0f, sc);
-            double sum = 0;
-            for (int64_t t = 0; t < n_keys; t++)
-                sum += (double)sc[t];
-            inv[g] = (float)(1.0 / sum);
             o[g] = c->att + (j * nh + kvh * group + g0 + g) * hd;
             memset(o[g], 0, (size_t)hd * sizeof(float));
         }
+        /* Each head's sum in double, in order of position, the heads' chains side by side so
+         * that the adds' latency overlaps (the bits of one head at a time). */
+        const float *sg = sc0 + g0 * c->max_ctx;
+        for (int64_t t = 0; t < n_keys; t++)
+            for (int64_t g = 0; g < ng; g++)
+                sum[g] += (double)sg[g * c->max_ctx + t];
+        for (int64_t g = 0; g < ng; g++)
+            inv[g] = (float)(1.0 / sum[g]);
         /* The value rows in spans, each loaded once for the ng heads, whose outputs
          * stay in registers across a span's terms. */
         const float *vrows[ATT_V_SPAN];
