@@ -6,9 +6,12 @@
 //
 // Prints one JSON array: for every position, the N_VOCAB raw logits of the next token, by id.
 // Exit 0 on success; any failure (the model does not load, say) prints the error and exits 1.
+import {resolve} from "node:path";
+
 const [, , nlcDir, modelPath, nVocabArg, idsArg] = process.argv;
 try {
-    const {getLlama} = await import(nlcDir + "/node_modules/node-llama-cpp/dist/index.js");
+    // resolved against the working directory: a relative import() would be taken from this file's
+    const {getLlama} = await import(resolve(nlcDir) + "/node_modules/node-llama-cpp/dist/index.js");
     const nVocab = Number(nVocabArg);
     const ids = idsArg.split(",").map(Number);
     const llama = await getLlama({gpu: false, build: "never", logLevel: "error"});
