@@ -14,8 +14,10 @@
  * mode (what Flow-GRPO's rollouts use), to see what it costs. --concurrent-prompt P gives each
  * generation its own P-token prompt (default 32; longer ones are evaluated and cached before the
  * timed run, which then measures decoding over long contexts, where attention over their KV
- * weighs in). --kv-type f16
- * loads the engine with an F16 KV cache.
+ * weighs in). --shared-prompt 1 gives the N generations one prompt instead, as Flow-GRPO's
+ * group of rollouts of a question has: sampled (temperature 1, a seed each) so that they part
+ * after it, while the prompt's KV blocks are shared. --kv-type f16 loads the engine with an F16
+ * KV cache.
  *
  * Models are generated once into DIR (default /tmp/agentflow-bench) with a fixed seed. Prints a
  * markdown table; record it in docs/PERFORMANCE.md.
@@ -34,12 +36,12 @@
     "usage: bench/engine [--types F32,F16,Q8_0,Q4_0,Q4_K_M] [-p 512] [-n 128] [-t 2]\n"            \
     "                    [--prefix 2000] [--shape qwen2.5-0.5b] [--dir DIR] [--vocab GGUF]\n"      \
     "                    [--concurrent 1,2,4,8] [--invariant 0|1] [--concurrent-prompt 32]\n"      \
-    "                    [--kv-type f32|f16]\n"
+    "                    [--shared-prompt 0|1] [--kv-type f32|f16]\n"
 
 struct opts {
     char types[256], concurrent[128];
     const char *shape, *dir, *vocab;
-    int pp, tg, threads, prefix, invariant, cprompt, kv_f16;
+    int pp, tg, threads, prefix, invariant, cprompt, kv_f16, shared;
 };
 
 static void rand_ids(int32_t *ids, int n, int64_t nv, uint64_t *st)
@@ -50,12 +52,15 @@ static void rand_ids(int32_t *ids, int n, int64_t nv, uint64_t *st)
     }
 }
 
-static int gen(struct af_engine *e, const int32_t *ids, int n, int n_gen,
+/* seed 0: greedy; else sampled at temperature 1 with that seed */
+static int gen(struct af_engine *e, const int32_t *ids, int n, int n_gen, uint64_t seed,
                struct af_engine_result *r)
 {
     char err[1024];
     struct af_engine_gen_params gp = af_engine_default_gen_params();
     gp.max_tokens = n_gen;
+    gp.temperature = seed ? 1.0f : 0.0f;
+    gp.seed = seed;
     gp.ignore_eos = 1;
     if (af_engine_generate(e, ids, (size_t)n, &gp, r, err, sizeof err)) {
         fprintf(stderr, "bench/engine: %s\n", err);
@@ -68,21 +73,23 @@ struct job {
     struct af_engine *e;
     int32_t *ids;
     int n_ids, tg, rc;
+    uint64_t seed;
 };
 
 static void *job_run(void *arg)
 {
     struct job *j = arg;
     struct af_engine_result r;
-    j->rc = gen(j->e, j->ids, j->n_ids, j->tg, &r);
+    j->rc = gen(j->e, j->ids, j->n_ids, j->tg, j->seed, &r);
     af_engine_result_deinit(&r);
     return NULL;
 }
 
 /* N generations of tg tokens from np-token prompts at once: aggregate tokens/s over the wall
  * time. Prompts longer than 32 tokens are evaluated first, one by one (the radix cache keeps
- * them), so that the timed run is the decode of N sequences over their long contexts. */
-static double concurrent_run(struct af_engine *e, int n, int tg, int np, uint64_t *st)
+ * them), so that the timed run is the decode of N sequences over their long contexts. shared:
+ * one prompt for all N, sampled with a seed each. */
+static double concurrent_run(struct af_engine *e, int n, int tg, int np, int shared, uint64_t *st)
 {
     struct job *jobs = calloc((size_t)n, sizeof *jobs);
     pthread_t *th = calloc((size_t)n, sizeof *th);
@@ -91,9 +98,14 @@ static double concurrent_run(struct af_engine *e, int n, int tg, int np, uint64_
         jobs[i].tg = tg;
         jobs[i].n_ids = np;
         jobs[i].ids = malloc((size_t)np * sizeof *jobs[i].ids);
+        jobs[i].seed = shared ? (uint64_t)i + 1 : 0;
+        if (shared && i > 0) {
+            memcpy(jobs[i].ids, jobs[0].ids, (size_t)np * sizeof *jobs[i].ids);
+            continue;
+        }
         rand_ids(jobs[i].ids, np, af_engine_n_vocab(e), st);
         struct af_engine_result r;
-        if (np > 32 && gen(e, jobs[i].ids, np, 1, &r) == 0)
+        if (np > 32 && gen(e, jobs[i].ids, np, 1, 0, &r) == 0)
             af_engine_result_deinit(&r);
     }
     const double t0 = af_clock_ms();
@@ -139,7 +151,7 @@ static int one_type(const struct opts *o, const char *type)
         struct af_engine_result w;
         int32_t warm[32];
         rand_ids(warm, 32, af_engine_n_vocab(e), &st);
-        int rc = gen(e, warm, 32, 2, &w); /* fault the weights in */
+        int rc = gen(e, warm, 32, 2, 0, &w); /* fault the weights in */
         af_engine_result_deinit(&w);
         double one = 0;
         char list[128];
@@ -147,7 +159,7 @@ static int one_type(const struct opts *o, const char *type)
         char *save = NULL;
         for (char *tok = strtok_r(list, ",", &save); tok && !rc; tok = strtok_r(NULL, ",", &save)) {
             const int n = atoi(tok);
-            const double tps = n > 0 ? concurrent_run(e, n, o->tg, o->cprompt, &st) : -1;
+            const double tps = n > 0 ? concurrent_run(e, n, o->tg, o->cprompt, o->shared, &st) : -1;
             if (tps < 0) {
                 rc = -1;
                 break;
@@ -170,20 +182,20 @@ static int one_type(const struct opts *o, const char *type)
     memset(r, 0, sizeof r);
     int rc = 0;
     rand_ids(a, 32, nv, &st);
-    rc = gen(e, a, 32, 2, &r[0]); /* warm-up: fault the weights in */
+    rc = gen(e, a, 32, 2, 0, &r[0]); /* warm-up: fault the weights in */
     rand_ids(a, o->pp, nv, &st);
     if (!rc)
-        rc = gen(e, a, o->pp, o->tg + 1, &r[1]);
+        rc = gen(e, a, o->pp, o->tg + 1, 0, &r[1]);
     rand_ids(a, o->prefix + 64, nv, &st);
     memcpy(b, a, (size_t)o->prefix * sizeof *a);
     rand_ids(b + o->prefix, 64, nv, &st);
     if (!rc)
-        rc = gen(e, a, o->prefix + 64, 1, &r[2]);
+        rc = gen(e, a, o->prefix + 64, 1, 0, &r[2]);
     if (!rc)
-        rc = gen(e, b, o->prefix + 64, 1, &r[3]);
+        rc = gen(e, b, o->prefix + 64, 1, 0, &r[3]);
     /* llama-bench's tg: decode from an (almost) empty context */
     if (!rc)
-        rc = gen(e, a, 1, o->tg + 1, &r[4]);
+        rc = gen(e, a, 1, o->tg + 1, 0, &r[4]);
     if (!rc)
         printf("| %s | %.1f | %.2f | %.2f | %.0f ms | %.0f ms (%.1f%%) |\n", type,
                o->pp / (r[1].prefill_ms / 1000), o->tg / (r[1].decode_ms / 1000),
@@ -211,6 +223,7 @@ int main(int argc, char **argv)
                      2000,
                      0,
                      32,
+                     0,
                      0};
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--types"))
@@ -235,6 +248,8 @@ int main(int argc, char **argv)
             o.invariant = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--concurrent-prompt"))
             o.cprompt = atoi(argv[i + 1]) < 1 ? 1 : atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--shared-prompt"))
+            o.shared = atoi(argv[i + 1]) != 0;
         else if (!strcmp(argv[i], "--kv-type"))
             o.kv_f16 = !strcmp(argv[i + 1], "f16");
         else {
@@ -251,9 +266,9 @@ int main(int argc, char **argv)
            o.threads, o.pp, o.tg, o.prefix, o.invariant ? ", batch-invariant engine" : "",
            o.kv_f16 ? "F16" : "F32");
     if (o.concurrent[0]) {
-        printf("| type | generations at once | aggregate decode tok/s (%d-token prompts, tg %d "
+        printf("| type | generations at once | aggregate decode tok/s (%d-token prompt%s, tg %d "
                "each) | |\n|---|---|---|---|\n",
-               o.cprompt, o.tg);
+               o.cprompt, o.shared ? ", one for all, sampled" : "s", o.tg);
         int rc = 0;
         for (char *t = strtok(o.types, ","); t; t = strtok(NULL, ","))
             rc |= one_type(&o, t);
