@@ -549,6 +549,101 @@ static void test_concurrent_batching_q4_k_m(void **state)
     unlink(path);
 }
 
+/* Rss (kB) of this process's mappings of files whose path contains `part`. */
+static long file_rss_kb(const char *part)
+{
+    FILE *f = fopen("/proc/self/smaps", "r");
+    if (!f)
+        return -1;
+    char line[4096];
+    long kb = 0;
+    int in = 0;
+    while (fgets(line, sizeof line, f)) {
+        long v;
+        if (sscanf(line, "Rss: %ld kB", &v) == 1) {
+            kb += in ? v : 0;
+            continue;
+        }
+        unsigned long a, b;
+        if (sscanf(line, "%lx-%lx ", &a, &b) == 2) /* a mapping's header line */
+            in = strstr(line, part) != NULL;
+    }
+    fclose(f);
+    return kb;
+}
+
+/* The Rss of the model's file after logits over 24 tokens, packed or not; *packed the engine's
+ * packed_bytes. */
+static long rss_after_logits(const char *path, const char *part, int pack, long *packed)
+{
+    char err[512];
+    if (pack)
+        unsetenv("AGENTFLOW_PACK");
+    else
+        setenv("AGENTFLOW_PACK", "0", 1);
+    struct af_engine *e = NULL;
+    if (af_engine_load(path, NULL, &e, err, sizeof err))
+        fail_msg("%s: %s", path, err);
+    unsetenv("AGENTFLOW_PACK");
+    const int64_t nv = af_engine_n_vocab(e);
+    int32_t ids[24];
+    for (int i = 0; i < 24; i++)
+        ids[i] = (int32_t)((i * 7919 + 13) % nv);
+    float *lg = malloc((size_t)nv * sizeof *lg);
+    assert_non_null(lg);
+    assert_int_equal(af_engine_logits(e, ids, 24, 0, lg, err, sizeof err), 0);
+    free(lg);
+    char *info = af_engine_info_json(e);
+    json_t *j = json_loads(info, 0, NULL);
+    assert_non_null(j);
+    *packed = (long)json_integer_value(json_object_get(j, "packed_bytes"));
+    json_decref(j);
+    free(info);
+    const long kb = file_rss_kb(part);
+    af_engine_free(e);
+    return kb;
+}
+
+/* Packing leaves the packed rows' file pages out of the process (model_pack's release_rows),
+ * for a GGUF and for Hugging Face checkpoints (safetensors shards): the file's resident size
+ * after the same logits falls by at least half the packed bytes against an unpacked load. */
+static void test_packed_rows_released(void **state)
+{
+    (void)state;
+    char path[300], dir[1024], hf[2][1200], err[512];
+    snprintf(path, sizeof path, "%s.rss.gguf", tiny_path);
+    struct af_engine_random_params rp = {"qwen2", "custom:4,512,8,4,1536", "Q8_0", 3, NULL};
+    if (af_engine_make_random(&rp, path, err, sizeof err))
+        fail_msg("make-random: %s", err);
+    const char *paths[3] = {path, NULL, NULL}, *parts[3] = {path, NULL, NULL};
+    int n = 1;
+    if (test_shared_path("data/reference/models", dir, sizeof dir)) {
+        snprintf(hf[0], sizeof hf[0], "%s/tiny-qwen2-hf", dir);
+        snprintf(hf[1], sizeof hf[1], "%s/tiny-llama-hf", dir);
+        for (int i = 0; i < 2; i++, n++) {
+            paths[n] = hf[i];
+            parts[n] = hf[i];
+        }
+    } else {
+        printf("shared data not found: the Hugging Face checkpoints are not checked\n");
+    }
+    for (int i = 0; i < n; i++) {
+        long pb0, pb1;
+        const long rows = rss_after_logits(paths[i], parts[i], 0, &pb0);
+        const long packed = rss_after_logits(paths[i], parts[i], 1, &pb1);
+        printf("  %s: file resident %ld kB with rows, %ld kB packed (%ld kB packed)\n", paths[i],
+               rows, packed, pb1 / 1024);
+        assert_int_equal(pb0, 0);
+        assert_true(rows > 0);
+        if (!pb1) {
+            printf("  no packed form on this CPU for %s\n", paths[i]);
+            continue;
+        }
+        assert_true(rows - packed >= pb1 / 1024 / 2);
+    }
+    unlink(path);
+}
+
 /* The packed weights (model_pack, AGENTFLOW_PACK) give the row-major kernels' bits: the logits of
  * every position, before and after new weights for the tied embedding (the output head) and a
  * projection, are equal with and without packing; `packed_bytes` in the engine's info says
@@ -1486,6 +1581,7 @@ int main(void)
         cmocka_unit_test(test_malformed_models),
         cmocka_unit_test(test_quantize_and_make_random),
         cmocka_unit_test(test_packed_weights),
+        cmocka_unit_test(test_packed_rows_released),
         cmocka_unit_test(test_cli_model),
         cmocka_unit_test(test_llm_backend),
         cmocka_unit_test(test_overflowing_weights),

@@ -569,6 +569,13 @@ const char *gguf_path(const struct gguf_file *g)
     return g->name;
 }
 
+int gguf_file_mapping(const struct gguf_file *g, const void **base, size_t *size)
+{
+    *base = g->base;
+    *size = g->size;
+    return g->mapped;
+}
+
 uint32_t gguf_version(const struct gguf_file *g)
 {
     return g->version;

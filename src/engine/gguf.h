@@ -82,6 +82,9 @@ AF_NODISCARD int gguf_open_mem(const void *data, size_t len, const char *name,
 void gguf_close(struct gguf_file *g);
 
 const char *gguf_path(const struct gguf_file *g);
+/* 1 when g reads a read-only private mapping of its file (gguf_open of a non-empty file), with
+ * its bounds in *base and *size; 0 for a caller's buffer (gguf_open_mem). */
+int gguf_file_mapping(const struct gguf_file *g, const void **base, size_t *size);
 uint32_t gguf_version(const struct gguf_file *g);
 uint32_t gguf_alignment(const struct gguf_file *g);
 uint64_t gguf_file_size(const struct gguf_file *g);

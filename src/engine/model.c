@@ -141,6 +141,26 @@ static int load_hparams(struct loader *L)
     return load_rope_scaling(L);
 }
 
+static int inside(const void *p, size_t n, const void *base, size_t size)
+{
+    const uintptr_t a = (uintptr_t)p, b = (uintptr_t)base;
+    return base && a >= b && a - b <= size && n <= size - (a - b);
+}
+
+int model_in_file(const struct model *m, const void *p, size_t n)
+{
+    const void *base;
+    size_t size;
+    if (m->gguf && gguf_file_mapping(m->gguf, &base, &size) && inside(p, n, base, size))
+        return 1;
+    for (size_t i = 0; i < m->n_st; i++) {
+        st_file_mapping(m->st[i], &base, &size);
+        if (inside(p, n, base, size))
+            return 1;
+    }
+    return 0;
+}
+
 void *model_own(struct model *m, void *p)
 {
     m->owned = af_xrealloc(m->owned, (m->n_owned + 1) * sizeof *m->owned);

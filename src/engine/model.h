@@ -86,6 +86,9 @@ void model_free(struct model *m);
 size_t model_pack(struct model *m);
 /* Drops model_pack's mapping: every weight it packed reads its rows again. */
 void model_unpack(struct model *m);
+/* 1 when the n bytes at p lie in a read-only mapping of the model's file (the GGUF, or a
+ * safetensors shard): pages there may be dropped and come back from the page cache. */
+int model_in_file(const struct model *m, const void *p, size_t n);
 
 const char *model_arch_name(enum model_arch a);
 

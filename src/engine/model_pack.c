@@ -6,7 +6,7 @@
  * and are still read as rows (the embedding lookup, training, merging). The copy is about the
  * weights' size; the file's pages of the packed rows are released from the process (they stay
  * in the page cache, clean, and come back if read), so the resident size stays about the
- * weights' once.
+ * weights' once, for a GGUF and a Hugging Face checkpoint alike.
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -42,9 +42,12 @@ static size_t packed_size(const struct weight *w)
 /* The file pages of a packed weight's rows leave this process's memory (they were all read by
  * the load's checks and the packing): a read-only private mapping of the file gives them back
  * from the page cache when rows are read again (the embedding's, a tied head's, training's).
- * Only whole pages inside the tensor; the quantized types come from the file only (a GGUF). */
-static void release_rows(const struct weight *w)
+ * Only whole pages inside the tensor, and only rows in the file's mapping (a GGUF, or a
+ * safetensors shard of a Hugging Face checkpoint): rows in memory of ours would be lost. */
+static void release_rows(const struct model *m, const struct weight *w)
 {
+    if (!model_in_file(m, w->data, w->row_bytes * (size_t)w->n_out))
+        return;
     const long pg = sysconf(_SC_PAGESIZE);
     if (pg <= 0)
         return;
@@ -93,8 +96,7 @@ size_t model_pack(struct model *m)
     for (size_t i = 0; i < n; i++)
         if (packed_size(ws[i])) {
             quant_pack(ws[i]->type, ws[i]->data, ws[i]->n_out, ws[i]->n_in, (char *)map + off[i]);
-            if (m->gguf)
-                release_rows(ws[i]);
+            release_rows(m, ws[i]);
         }
     for (size_t i = 0; i < n; i++)
         ws[i]->packed = packed_size(ws[i]) ? (const char *)map + off[i] : NULL;

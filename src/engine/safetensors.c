@@ -175,6 +175,12 @@ int st_open(const char *path, struct st_file **out, char *err, size_t errlen)
     return AF_OK;
 }
 
+void st_file_mapping(const struct st_file *f, const void **base, size_t *size)
+{
+    *base = f->map;
+    *size = f->map ? f->size : 0;
+}
+
 void st_close(struct st_file *f)
 {
     if (!f)

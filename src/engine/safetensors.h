@@ -28,5 +28,7 @@ void st_close(struct st_file *f);
 size_t st_n_tensors(const struct st_file *f);
 const struct st_tensor *st_tensor_at(const struct st_file *f, size_t i);
 const struct st_tensor *st_find(const struct st_file *f, const char *name);
+/* The file's read-only private mapping (NULL and 0 for an empty file). */
+void st_file_mapping(const struct st_file *f, const void **base, size_t *size);
 
 #endif
