@@ -52,6 +52,7 @@ static int n_copies = 1;
 /* --packed 1: each copy in the packed form (quant_pack), as the engine loads it where the
  * kernels have one; types without one are skipped. */
 static int packed;
+static int form; /* quant_pack's, for quant_matmul_packed */
 
 /* Seconds per call of quant_matmul, repeated until min_ms have passed. */
 static double time_matmul(uint32_t t, const uint8_t *W, size_t wsize, const void *X, int64_t m,
@@ -62,7 +63,7 @@ static double time_matmul(uint32_t t, const uint8_t *W, size_t wsize, const void
     do {
         const uint8_t *w = W + (size_t)(reps % n_copies) * wsize;
         if (packed)
-            (void)quant_matmul_packed(t, w, ROWS, K, X, m, out, ROWS, 0, ROWS);
+            (void)quant_matmul_packed(t, form, w, ROWS, K, X, m, out, ROWS, 0, ROWS);
         else
             quant_matmul(t, w, K, X, m, out, ROWS, 0, ROWS);
         reps++;
@@ -90,7 +91,7 @@ static void bench_type(uint32_t t, const char *isa, const float *fw, const float
     for (int r = 0; r < ROWS; r++)
         quant_quantize_row(t, fw + (size_t)r * K, rows + (size_t)r * wb, K);
     if (packed)
-        quant_pack(t, rows, ROWS, K, W);
+        form = quant_pack(t, rows, ROWS, K, W);
     else
         memcpy(W, rows, wb * ROWS);
     free(rows);

@@ -549,6 +549,55 @@ static void test_concurrent_batching_q4_k_m(void **state)
     unlink(path);
 }
 
+/* Weights packed under one kernel set are not read by another: an engine loaded on AVX-512 whose
+ * kernels then switch to AVX2 (quant_set_isa) reads its rows, and gives the logits of an engine
+ * loaded on AVX2 (which packs AVX2's form); AVX2's Q8_0 keeps AVX-512's bits, so they also equal
+ * the logits before the switch. */
+static void test_packed_form_after_isa_switch(void **state)
+{
+    (void)state;
+    if (quant_set_isa("avx512") != 0) {
+        printf("AVX-512 VNNI not available on this CPU: skipping\n");
+        skip();
+    }
+    char path[300], err[512];
+    snprintf(path, sizeof path, "%s.isa.gguf", tiny_path);
+    struct af_engine_random_params rp = {"qwen2", "custom:2,256,4,2,512", "Q8_0", 7, NULL};
+    if (af_engine_make_random(&rp, path, err, sizeof err))
+        fail_msg("make-random: %s", err);
+    struct af_engine *a = NULL, *b = NULL;
+    if (af_engine_load(path, NULL, &a, err, sizeof err))
+        fail_msg("%s: %s", path, err);
+    const int64_t nv = af_engine_n_vocab(a);
+    enum { N = 20 };
+    int32_t ids[N];
+    for (int i = 0; i < N; i++)
+        ids[i] = (int32_t)((i * 4001 + 7) % nv);
+    float *lg[3];
+    for (int k = 0; k < 3; k++) {
+        lg[k] = malloc((size_t)N * (size_t)nv * sizeof *lg[k]);
+        assert_non_null(lg[k]);
+    }
+    assert_int_equal(af_engine_logits(a, ids, N, 1, lg[0], err, sizeof err), 0);
+    assert_int_equal(quant_set_isa("avx2"), 0);
+    assert_int_equal(af_engine_logits(a, ids, N, 1, lg[1], err, sizeof err), 0);
+    if (af_engine_load(path, NULL, &b, err, sizeof err))
+        fail_msg("%s: %s", path, err);
+    assert_int_equal(af_engine_logits(b, ids, N, 1, lg[2], err, sizeof err), 0);
+    assert_int_equal(quant_set_isa("auto"), 0);
+    const size_t bytes = (size_t)N * (size_t)nv * sizeof *lg[0];
+    if (memcmp(lg[1], lg[2], bytes))
+        fail_msg("after the switch to AVX2, the AVX-512-packed engine's logits differ from an "
+                 "AVX2 engine's");
+    if (memcmp(lg[0], lg[1], bytes))
+        fail_msg("AVX2's Q8_0 logits differ from AVX-512's");
+    for (int k = 0; k < 3; k++)
+        free(lg[k]);
+    af_engine_free(a);
+    af_engine_free(b);
+    unlink(path);
+}
+
 /* Rss (kB) of this process's mappings of files whose path contains `part`. */
 static long file_rss_kb(const char *part)
 {
@@ -1582,6 +1631,7 @@ int main(void)
         cmocka_unit_test(test_quantize_and_make_random),
         cmocka_unit_test(test_packed_weights),
         cmocka_unit_test(test_packed_rows_released),
+        cmocka_unit_test(test_packed_form_after_isa_switch),
         cmocka_unit_test(test_cli_model),
         cmocka_unit_test(test_llm_backend),
         cmocka_unit_test(test_overflowing_weights),

@@ -608,14 +608,16 @@ static void avx2_rows8(const uint32_t *types, size_t nt, const int64_t *nbs, siz
             float *pk = malloc((size_t)(rows * m) * sizeof *pk);
             assert_non_null(P);
             assert_non_null(pk);
-            quant_pack(t, W, rows, k, P);
+            const int form = quant_pack(t, W, rows, k, P);
+            assert_true(form > 0);
             for (size_t mi = 0; mi < sizeof ms / sizeof ms[0]; mi++) {
                 memset(pk, 0xff, (size_t)(rows * ms[mi]) * sizeof *pk);
-                assert_int_equal(quant_matmul_packed(t, P, rows, k, X, ms[mi], pk, rows, 0, 16), 0);
-                assert_int_equal(quant_matmul_packed(t, P, rows, k, X, ms[mi], pk, rows, 16, rows),
-                                 0);
-                assert_int_equal(quant_matmul_packed(t, P, rows, k, X, ms[mi], pk, rows, 8, rows),
-                                 -1);
+                assert_int_equal(
+                    quant_matmul_packed(t, form, P, rows, k, X, ms[mi], pk, rows, 0, 16), 0);
+                assert_int_equal(
+                    quant_matmul_packed(t, form, P, rows, k, X, ms[mi], pk, rows, 16, rows), 0);
+                assert_int_equal(
+                    quant_matmul_packed(t, form, P, rows, k, X, ms[mi], pk, rows, 8, rows), -1);
                 for (int64_t j = 0; j < ms[mi]; j++)
                     if (memcmp(pk + j * rows, full + j * rows, (size_t)rows * sizeof *pk))
                         fail_msg("%s k=%lld m=%lld: the packed matmul's bits differ",
@@ -833,27 +835,30 @@ static void test_packed_matmul(void **state)
             assert_non_null(P);
             assert_non_null(out);
             assert_non_null(pk);
-            quant_pack(t, W, rows, k, P);
+            const int form = quant_pack(t, W, rows, k, P);
+            assert_true(form > 0);
             for (size_t mi = 0; mi < sizeof ms / sizeof ms[0]; mi++) {
                 const int64_t m = ms[mi];
                 /* F16's / BF16's row-major lone token sums in lanes (the AVX2 dot); packed, it
                  * gets the bits of the first token of a batch */
                 quant_matmul(t, W, k, X, half && m == 1 ? 2 : m, out, rows, 0, rows);
                 memset(pk, 0xff, (size_t)(rows * m) * sizeof *pk);
-                assert_int_equal(quant_matmul_packed(t, P, rows, k, X, m, pk, rows, 0, 16), 0);
-                assert_int_equal(quant_matmul_packed(t, P, rows, k, X, m, pk, rows, 16, rows), 0);
-                assert_int_equal(quant_matmul_packed(t, P, rows, k, X, m, pk, rows, 3, rows), -1);
+                assert_int_equal(quant_matmul_packed(t, form, P, rows, k, X, m, pk, rows, 0, 16),
+                                 0);
+                assert_int_equal(quant_matmul_packed(t, form, P, rows, k, X, m, pk, rows, 16, rows),
+                                 0);
+                assert_int_equal(quant_matmul_packed(t, form, P, rows, k, X, m, pk, rows, 3, rows),
+                                 -1);
                 if (memcmp(out, pk, (size_t)(rows * m) * sizeof *out))
                     fail_msg("%s k=%lld m=%lld: the packed matmul's bits differ",
                              quant_type_name(t), (long long)k, (long long)m);
             }
             /* AVX2 packs the quantized types its own way (test_avx2_r8, test_avx2_k8) and
-             * nothing else */
+             * nothing else: it reads no AVX-512 form, so the caller takes the rows */
             assert_int_equal(quant_set_isa("avx2"), 0);
-            if (quant_block_elems(t) == 1) {
+            if (quant_block_elems(t) == 1)
                 assert_int_equal(quant_packed_bytes(t, rows, k), 0);
-                assert_int_equal(quant_matmul_packed(t, P, rows, k, X, 1, pk, rows, 0, rows), -1);
-            }
+            assert_int_equal(quant_matmul_packed(t, form, P, rows, k, X, 1, pk, rows, 0, rows), -1);
             free(fw);
             free(fx);
             free(W);
@@ -940,11 +945,14 @@ static void test_f16_int(void **state)
             assert_int_equal(pbytes, (size_t)3 * (size_t)((k + 63) / 64) * 2112);
             uint8_t *P = aligned_alloc(64, (pbytes + 63) / 64 * 64);
             assert_non_null(P);
-            quant_pack(t, W, rows, k, P);
+            const int form = quant_pack(t, W, rows, k, P);
+            assert_true(form > 0);
             for (int64_t mm = 1; mm <= m; mm += m - 1) {
                 memset(pk, 0xff, (size_t)(rows * mm) * sizeof *pk);
-                assert_int_equal(quant_matmul_packed(t, P, rows, k, X, mm, pk, rows, 0, 16), 0);
-                assert_int_equal(quant_matmul_packed(t, P, rows, k, X, mm, pk, rows, 16, rows), 0);
+                assert_int_equal(quant_matmul_packed(t, form, P, rows, k, X, mm, pk, rows, 0, 16),
+                                 0);
+                assert_int_equal(
+                    quant_matmul_packed(t, form, P, rows, k, X, mm, pk, rows, 16, rows), 0);
                 assert_memory_equal(pk, full, (size_t)(rows * mm) * sizeof *pk);
             }
             free(P);

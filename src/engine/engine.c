@@ -250,6 +250,7 @@ int af_engine_set_weights(struct af_engine *e, const char *const *names, const f
     /* encode outside the lock: only the pointer swap needs the engine to be idle. A weight
      * that a matmul reads packed (the output head, for a tied embedding) is packed again. */
     void **bufs = af_xcalloc(n ? n : 1, sizeof *bufs), **pk = af_xcalloc(n ? n : 1, sizeof *pk);
+    int *form = af_xcalloc(n ? n : 1, sizeof *form);
     for (size_t i = 0; i < n; i++) {
         const struct weight *w = ws[i];
         bufs[i] = af_xmalloc(w->row_bytes * (size_t)w->n_out + 64);
@@ -260,7 +261,7 @@ int af_engine_set_weights(struct af_engine *e, const char *const *names, const f
         const size_t pb = mw->packed ? quant_packed_bytes(w->type, w->n_out, w->n_in) : 0;
         if (pb) {
             pk[i] = af_xaligned(64, (pb + 63) / 64 * 64);
-            quant_pack(w->type, bufs[i], w->n_out, w->n_in, pk[i]);
+            form[i] = quant_pack(w->type, bufs[i], w->n_out, w->n_in, pk[i]);
         }
     }
     engine_exclusive_begin(e, 1);
@@ -276,6 +277,7 @@ int af_engine_set_weights(struct af_engine *e, const char *const *names, const f
         w->data = bufs[i];
         e->owned_w[e->n_owned_w++] = bufs[i];
         mw->packed = pk[i]; /* NULL (the rows) where the kernels have no packed form */
+        mw->packed_form = form[i];
         if (pk[i])
             e->owned_w[e->n_owned_w++] = pk[i];
     }
@@ -283,6 +285,7 @@ int af_engine_set_weights(struct af_engine *e, const char *const *names, const f
     engine_exclusive_end(e);
     free(bufs);
     free(pk);
+    free(form);
     free(ws);
     return AF_OK;
 }

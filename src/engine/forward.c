@@ -199,9 +199,9 @@ static void mm_chunks(void *arg, int tid, int nth)
             const int64_t r0 = (ci - jb->first[i]) * jb->per[i];
             const int64_t r1 = r0 + jb->per[i] > w->n_out ? w->n_out : r0 + jb->per[i];
             /* the packed form when the kernels read it (r0 is 16-row aligned), else the rows */
-            if (r0 < r1 &&
-                !(w->packed && quant_matmul_packed(w->type, w->packed, w->n_out, w->n_in, jb->qb,
-                                                   jb->nb, jb->out[i], w->n_out, r0, r1) == 0))
+            if (r0 < r1 && !(w->packed && quant_matmul_packed(w->type, w->packed_form, w->packed,
+                                                              w->n_out, w->n_in, jb->qb, jb->nb,
+                                                              jb->out[i], w->n_out, r0, r1) == 0))
                 quant_matmul(w->type, w->data, w->n_in, jb->qb, jb->nb, jb->out[i], w->n_out, r0,
                              r1);
         }

@@ -28,6 +28,7 @@ struct weight {
     /* The same rows in the active kernels' packed form (quant_pack), or NULL: matmuls read it,
      * with the same bits; everything else reads data. */
     const void *packed;
+    int packed_form; /* quant_pack's return for it */
 };
 
 struct model_hparams {

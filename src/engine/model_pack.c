@@ -95,7 +95,8 @@ size_t model_pack(struct model *m)
 #pragma omp parallel for schedule(dynamic, 1)
     for (size_t i = 0; i < n; i++)
         if (packed_size(ws[i])) {
-            quant_pack(ws[i]->type, ws[i]->data, ws[i]->n_out, ws[i]->n_in, (char *)map + off[i]);
+            ws[i]->packed_form = quant_pack(ws[i]->type, ws[i]->data, ws[i]->n_out, ws[i]->n_in,
+                                            (char *)map + off[i]);
             release_rows(m, ws[i]);
         }
     for (size_t i = 0; i < n; i++)

@@ -86,12 +86,15 @@ void quant_matmul(uint32_t t, const void *W, int64_t k, const void *X, int64_t m
  * none for t. */
 size_t quant_packed_bytes(uint32_t t, int64_t rows, int64_t k);
 /* Writes the packed form of W (rows x k of type t, row-major) into P (quant_packed_bytes bytes,
- * 64-byte aligned). */
-void quant_pack(uint32_t t, const void *W, int64_t rows, int64_t k, void *P);
-/* quant_matmul on a packed weight of rows x k, with quant_matmul's bits; r0 a multiple of 16.
- * Returns 0, or -1 (nothing done) when the active kernels do not read t's packed form, as
- * after quant_set_isa: then call quant_matmul on the row-major weight. */
-int quant_matmul_packed(uint32_t t, const void *P, int64_t rows, int64_t k, const void *X,
+ * 64-byte aligned). Returns the form written (> 0), for quant_matmul_packed: the forms differ
+ * between kernel sets (AVX-512 keeps 16 rows in the lanes, AVX2 8), and quant_set_isa or
+ * quant_set_f16_int may change the set after packing. */
+int quant_pack(uint32_t t, const void *W, int64_t rows, int64_t k, void *P);
+/* quant_matmul on a weight of rows x k packed in `form` (quant_pack's return), with
+ * quant_matmul's bits; r0 a multiple of 16. Returns 0, or -1 (nothing done) when the active
+ * kernels do not read that form (another kernel set packed it, or none reads t packed): then
+ * call quant_matmul on the row-major weight. */
+int quant_matmul_packed(uint32_t t, int form, const void *P, int64_t rows, int64_t k, const void *X,
                         int64_t m, float *out, int64_t ldo, int64_t r0, int64_t r1);
 
 /* 1 when quant_matmul gives a lone token (m = 1) of type t the bits it gets in a batch of any

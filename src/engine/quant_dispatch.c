@@ -12,7 +12,8 @@
 
 static struct quant_kernels active;
 static pthread_once_t active_once = PTHREAD_ONCE_INIT;
-static int f16_int; /* quant_set_f16_int */
+static int f16_int;       /* quant_set_f16_int */
+static int pack_form = 1; /* quant_pack's forms: a new number whenever the pack table changes */
 
 /* active = ref, overlaid by each table in `layers` (lowest first). */
 static void merge(const struct quant_kernels *const *layers, int n)
@@ -59,6 +60,8 @@ static void merge(const struct quant_kernels *const *layers, int n)
         k.matmul[GGML_TYPE_F16] = quant_avx512_matmul_f16i;
         k.m1_invariant[GGML_TYPE_F16] = 1;
     }
+    if (memcmp(k.pack, active.pack, sizeof k.pack))
+        pack_form++;
     active = k;
 }
 
@@ -227,16 +230,17 @@ size_t quant_packed_bytes(uint32_t t, int64_t rows, int64_t k)
     return kernels()->pack[t](NULL, quant_row_bytes(t, k), rows, k, NULL);
 }
 
-void quant_pack(uint32_t t, const void *W, int64_t rows, int64_t k, void *P)
+int quant_pack(uint32_t t, const void *W, int64_t rows, int64_t k, void *P)
 {
     (void)kernels()->pack[t](W, quant_row_bytes(t, k), rows, k, P);
+    return pack_form;
 }
 
-int quant_matmul_packed(uint32_t t, const void *P, int64_t rows, int64_t k, const void *X,
+int quant_matmul_packed(uint32_t t, int form, const void *P, int64_t rows, int64_t k, const void *X,
                         int64_t m, float *out, int64_t ldo, int64_t r0, int64_t r1)
 {
     const struct quant_kernels *ks = kernels();
-    if (t >= GGML_TYPE_COUNT || !ks->matmul_packed[t] || r0 % 16 != 0)
+    if (t >= GGML_TYPE_COUNT || !ks->matmul_packed[t] || form != pack_form || r0 % 16 != 0)
         return -1;
     if (r1 > r0 && m > 0)
         ks->matmul_packed[t](P, rows, k, X, quant_row_bytes(quant_vec_dot_type(t), k), m, out, ldo,
