@@ -794,6 +794,72 @@ static void test_avx512_act_bytes(void **state)
     assert_int_equal(quant_set_isa("auto"), 0);
 }
 
+static uint32_t f32_u(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+}
+
+static float u_f32(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+/* F16 / BF16 activations (quant_prepare_act for F16 and BF16 weights) under every ISA this CPU
+ * runs: the bits of quant_f32_to_f16 / quant_f32_to_bf16 for each value, the specials included:
+ * zeros, infinities, NaNs with payloads, f32 subnormals, F16's overflow edge and subnormals,
+ * ties to even, and lengths that end inside a vector. */
+static void test_act_half(void **state)
+{
+    (void)state;
+    enum { N = 1031 };
+    float *x = malloc(N * sizeof *x);
+    uint16_t *got = malloc(N * sizeof *got);
+    assert_non_null(x);
+    assert_non_null(got);
+    struct rng r = {0x4a1f};
+    static const uint32_t specials[] = {
+        0x00000000, 0x80000000, 0x7f800000, 0xff800000, 0x7fc00000, 0xffc00001, 0x7f800001,
+        0x7fbfffff, 0x00000001, 0x807fffff, 0x00400000, 0x477fe000, 0x477fefff, 0x477ff000,
+        0xc77ff000, 0x33800000, 0x33000000, 0x33000001, 0x33c00000, 0x38800000, 0x387fc000,
+        0x3f801000, 0x3f803000, 0x3f808000, 0x3f818000, 0x3f800001, 0x7f7fffff, 0xff7fffff};
+    const size_t ns = sizeof specials / sizeof specials[0];
+    static const char *isas[] = {"ref", "avx2", "avx512"};
+    static const uint32_t types[] = {GGML_TYPE_F16, GGML_TYPE_BF16};
+    for (int rep = 0; rep < 30; rep++) {
+        for (int64_t i = 0; i < N; i++) {
+            /* random magnitudes over the exponents both formats meet, random mantissas */
+            const uint32_t e = (uint32_t)(rng_next(&r) % 60) + 97, m = (uint32_t)rng_next(&r);
+            x[i] = u_f32(((uint32_t)(rng_next(&r) & 1) << 31) | (e << 23) | (m & 0x7fffff));
+        }
+        for (size_t k = 0; k < ns; k++) /* the specials at a new place each rep */
+            x[(k * 37 + (size_t)rep * 11) % N] = u_f32(specials[k]);
+        const int64_t n = N - rep % 17; /* tails of every length */
+        for (size_t ti = 0; ti < 2; ti++)
+            for (size_t ii = 0; ii < 3; ii++) {
+                if (quant_set_isa(isas[ii]) != 0)
+                    continue;
+                memset(got, 0xa5, N * sizeof *got);
+                quant_prepare_act(types[ti], x, got, n);
+                for (int64_t i = 0; i < n; i++) {
+                    const uint16_t want =
+                        ti == 0 ? quant_f32_to_f16(x[i]) : quant_f32_to_bf16(x[i]);
+                    if (got[i] != want)
+                        fail_msg("%s on %s: %08x -> %04x, want %04x", quant_type_name(types[ti]),
+                                 isas[ii], f32_u(x[i]), got[i], want);
+                }
+                if (n < N)
+                    assert_int_equal(got[n], 0xa5a5); /* nothing written past n */
+            }
+    }
+    assert_int_equal(quant_set_isa("auto"), 0);
+    free(x);
+    free(got);
+}
+
 static void test_packed_matmul(void **state)
 {
     (void)state;
@@ -1387,6 +1453,7 @@ int main(void)
         cmocka_unit_test(test_packed_matmul),
         cmocka_unit_test(test_f16_int),
         cmocka_unit_test(test_avx512_act_bytes),
+        cmocka_unit_test(test_act_half),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -225,6 +225,8 @@ const struct quant_kernels quant_kernels_avx512 = {
     .scale = quant_scale_avx512,
     .act_q8_0 = quant_avx512_act_q8_0,
     .act_q8_k = quant_avx512_act_q8_k,
+    .act_f16 = quant_avx512_act_f16,
+    .act_bf16 = quant_avx512_act_bf16,
     .vec_dot =
         {
             [GGML_TYPE_Q4_0] = quant_avx512_dot_q4_0,

@@ -52,6 +52,10 @@ static void merge(const struct quant_kernels *const *layers, int n)
             k.act_q8_0 = layers[i]->act_q8_0;
         if (layers[i]->act_q8_k)
             k.act_q8_k = layers[i]->act_q8_k;
+        if (layers[i]->act_f16)
+            k.act_f16 = layers[i]->act_f16;
+        if (layers[i]->act_bf16)
+            k.act_bf16 = layers[i]->act_bf16;
         k.name = layers[i]->name;
     }
     if (f16_int && k.name && !strcmp(k.name, "avx512")) {
@@ -170,6 +174,10 @@ void quant_prepare_act(uint32_t t, const float *src, void *dst, int64_t n)
         kernels()->act_q8_0(src, dst, n / QK);
     else if (vt == GGML_TYPE_Q8_K)
         kernels()->act_q8_k(src, dst, n / QK_K);
+    else if (vt == GGML_TYPE_F16 && kernels()->act_f16)
+        kernels()->act_f16(src, dst, n);
+    else if (vt == GGML_TYPE_BF16 && kernels()->act_bf16)
+        kernels()->act_bf16(src, dst, n);
     else
         quant_quantize_row(vt, src, dst, n);
 }

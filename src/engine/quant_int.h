@@ -136,6 +136,10 @@ struct quant_kernels {
     /* activations to Q8_0 / Q8_K, nb blocks, the reference's bytes (quant_prepare_act) */
     void (*act_q8_0)(const float *x, void *y, int64_t nb);
     void (*act_q8_k)(const float *x, void *y, int64_t nb);
+    /* activations to F16 / BF16, n values, the bits of quant_f32_to_f16 / quant_f32_to_bf16
+     * (NULL: the reference's loop) */
+    void (*act_f16)(const float *x, uint16_t *y, int64_t n);
+    void (*act_bf16)(const float *x, uint16_t *y, int64_t n);
 };
 
 extern const struct quant_kernels quant_kernels_ref;
@@ -144,6 +148,10 @@ extern const struct quant_kernels quant_kernels_avx512;
 
 void quant_avx512_act_q8_0(const float *x, void *y, int64_t nb);
 void quant_avx512_act_q8_k(const float *x, void *y, int64_t nb);
+void quant_avx512_act_f16(const float *x, uint16_t *y, int64_t n);
+void quant_avx512_act_bf16(const float *x, uint16_t *y, int64_t n);
+void quant_avx2_act_f16(const float *x, uint16_t *y, int64_t n);
+void quant_avx2_act_bf16(const float *x, uint16_t *y, int64_t n);
 
 /* The AVX2 kernels with 8 rows in the lanes: Q8_0 / Q4_0 / Q5_0 (quant_avx2_r8.c) and Q4_K /
  * Q5_K / Q6_K (quant_avx2_k8.c): vec_dot, matmul, the packed form and its matmul, all with the bits
