@@ -374,6 +374,8 @@ const struct quant_kernels quant_kernels_avx2 = {
             [GGML_TYPE_Q5_K] = quant_avx2_matmul_packed_q5_k,
             [GGML_TYPE_Q6_K] = quant_avx2_matmul_packed_q6_k,
         },
+    .act_q8_0 = quant_avx2_act_q8_0,
+    .act_q8_k = quant_avx2_act_q8_k,
     .act_f16 = quant_avx2_act_f16,
     .act_bf16 = quant_avx2_act_bf16,
 };

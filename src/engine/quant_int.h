@@ -150,6 +150,8 @@ void quant_avx512_act_q8_0(const float *x, void *y, int64_t nb);
 void quant_avx512_act_q8_k(const float *x, void *y, int64_t nb);
 void quant_avx512_act_f16(const float *x, uint16_t *y, int64_t n);
 void quant_avx512_act_bf16(const float *x, uint16_t *y, int64_t n);
+void quant_avx2_act_q8_0(const float *x, void *y, int64_t nb);
+void quant_avx2_act_q8_k(const float *x, void *y, int64_t nb);
 void quant_avx2_act_f16(const float *x, uint16_t *y, int64_t n);
 void quant_avx2_act_bf16(const float *x, uint16_t *y, int64_t n);
 
