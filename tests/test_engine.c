@@ -549,6 +549,20 @@ static void test_concurrent_batching_q4_k_m(void **state)
     unlink(path);
 }
 
+/* And on BF16 weights (vdpbf16ps where the CPU has AVX-512 BF16: its own pair chain, for the
+ * packed decode rows as for the prefill). */
+static void test_concurrent_batching_bf16(void **state)
+{
+    (void)state;
+    char path[300], err[512];
+    snprintf(path, sizeof path, "%s.bf16.gguf", tiny_path);
+    struct af_engine_random_params rp = {"qwen2", "custom:2,256,4,2,512", "BF16", 4, NULL};
+    if (af_engine_make_random(&rp, path, err, sizeof err))
+        fail_msg("make-random: %s", err);
+    batched_equals_alone(path, 0);
+    unlink(path);
+}
+
 /* Weights packed under one kernel set are not read by another: an engine loaded on AVX-512 whose
  * kernels then switch to AVX2 (quant_set_isa) reads its rows, and gives the logits of an engine
  * loaded on AVX2 (which packs AVX2's form); AVX2's Q8_0 keeps AVX-512's bits, so they also equal
@@ -1630,6 +1644,7 @@ int main(void)
         cmocka_unit_test(test_malformed_models),
         cmocka_unit_test(test_quantize_and_make_random),
         cmocka_unit_test(test_packed_weights),
+        cmocka_unit_test(test_concurrent_batching_bf16),
         cmocka_unit_test(test_packed_rows_released),
         cmocka_unit_test(test_packed_form_after_isa_switch),
         cmocka_unit_test(test_cli_model),

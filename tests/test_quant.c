@@ -10,6 +10,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1064,6 +1065,32 @@ static float fma_chain(uint32_t t, const void *w, const void *x, int64_t k)
     return s;
 }
 
+/* A denormal as zero (signed), as vdpbf16ps reads its inputs and writes its results. */
+static float flush(float v)
+{
+    return fabsf(v) < FLT_MIN ? copysignf(0.0f, v) : v;
+}
+
+/* The chain of the AVX-512 BF16 kernels (quant_avx512_bf16.c): element pairs in order, the odd
+ * element first, inputs and every result flushed; k even. */
+static float bf16_pair_chain(const void *w, const void *x, int64_t k)
+{
+    float s = 0.0f;
+    for (int64_t p = 0; p < k / 2; p++)
+        for (int64_t i = 2 * p + 1; i >= 2 * p; i--)
+            s = flush(fmaf(flush(elem_f32(GGML_TYPE_BF16, w, i)),
+                           flush(elem_f32(GGML_TYPE_BF16, x, i)), flush(s)));
+    return s;
+}
+
+/* 1 when the AVX-512 table runs BF16 of k elements on vdpbf16ps (the CPU has AVX-512 BF16). */
+static int bf16_pairs(const char *isa, uint32_t t, int64_t k)
+{
+    __builtin_cpu_init();
+    return t == GGML_TYPE_BF16 && !strcmp(isa, "avx512") && k % 2 == 0 &&
+           __builtin_cpu_supports("avx512bf16");
+}
+
 /* The AVX2 F32 / F16 / BF16 prefill matmuls (6 rows x 16 tokens, tokens in the lanes): every output
  * equals the scalar FMA chain, so the bits do not depend on the batch size (2+), the token's
  * offset or the row split; decode (m = 1) is the dot. 23 rows leave partial row tiles and
@@ -1071,7 +1098,7 @@ static float fma_chain(uint32_t t, const void *w, const void *x, int64_t k)
 static void gemm_float_isa(const char *isa)
 {
     static const uint32_t types[] = {GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_BF16, GGML_TYPE_F32};
-    static const int64_t ks[] = {1, 8, 37, 179, 4867};
+    static const int64_t ks[] = {1, 8, 37, 179, 1030, 4867};
     const int64_t rows = 23, m = 37;
     struct rng r = {0xf10a7};
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++)
@@ -1088,9 +1115,12 @@ static void gemm_float_isa(const char *isa)
             float part[23]; /* rows */
             for (int64_t j = 0; j < m; j++)
                 for (int64_t i = 0; i < rows; i++) {
-                    const float want = fma_chain(t, W + (size_t)i * wb, X + (size_t)j * xb, k);
+                    const float want =
+                        bf16_pairs(isa, t, k)
+                            ? bf16_pair_chain(W + (size_t)i * wb, X + (size_t)j * xb, k)
+                            : fma_chain(t, W + (size_t)i * wb, X + (size_t)j * xb, k);
                     if (memcmp(&want, &full[j * rows + i], sizeof want))
-                        fail_msg("%s k=%lld row %lld tok %lld: %.9g, fma chain %.9g",
+                        fail_msg("%s k=%lld row %lld tok %lld: %.9g, its chain %.9g",
                                  quant_type_name(t), (long long)k, (long long)i, (long long)j,
                                  (double)full[j * rows + i], (double)want);
                 }
@@ -1119,7 +1149,8 @@ static void test_prefill_gemm_float(void **state)
 }
 
 /* The AVX-512 float kernels: the same fmaf-chain bits as the AVX2 ones (16 and 32-token
- * panels: the batches of 2 / 17 / 18 take both). */
+ * panels: the batches of 2 / 17 / 18 take both), but BF16 of even k on a CPU with AVX-512 BF16,
+ * which gives its pair chain's. */
 static void test_prefill_gemm_float_avx512(void **state)
 {
     (void)state;
@@ -1128,6 +1159,80 @@ static void test_prefill_gemm_float_avx512(void **state)
         skip();
     }
     gemm_float_isa("avx512");
+}
+
+/* BF16 on vdpbf16ps: every output of the packed and the row-major kernels, for every batch size
+ * (a lone packed token included), row split and k chunk, equals the C twin of its pair chain,
+ * also where inputs, products and partial sums are denormal (read and written as zero there). */
+static void test_bf16_pairs(void **state)
+{
+    (void)state;
+    __builtin_cpu_init();
+    if (quant_set_isa("avx512") != 0 || !__builtin_cpu_supports("avx512bf16")) {
+        printf("AVX-512 BF16 not available on this CPU: skipping\n");
+        skip();
+    }
+    static const int64_t ks[] = {2, 64, 1026, 2050};
+    static const int64_t ms[] = {1, 2, 3, 8, 9, 16, 17, 33};
+    const int64_t rows = 37;
+    struct rng r = {0xbf16};
+    for (size_t ki = 0; ki < sizeof ks / sizeof ks[0]; ki++)
+        for (int tiny = 0; tiny < 2; tiny++) {
+            const int64_t k = ks[ki], mmax = 33;
+            /* tiny: magnitudes near 1e-20 and 1e-39, so that products and sums underflow */
+            float *fw = rand_vec(&r, rows * k, tiny ? 3e-20f : 0.05f);
+            float *fx = rand_vec(&r, mmax * k, tiny ? 2e-20f : 1.0f);
+            if (tiny)
+                for (int64_t i = 0; i < rows * k; i += 7)
+                    fw[i] *= 1e-19f; /* about 1e-39: BF16 denormals */
+            uint8_t *W = quantize_rows(GGML_TYPE_BF16, fw, rows, k);
+            uint8_t *X = prepare_rows(GGML_TYPE_BF16, fx, mmax, k);
+            const size_t wb = quant_row_bytes(GGML_TYPE_BF16, k), xb = wb;
+            const size_t pbytes = quant_packed_bytes(GGML_TYPE_BF16, rows, k);
+            assert_int_equal(pbytes, (size_t)3 * (size_t)k * 32);
+            uint8_t *P = aligned_alloc(64, pbytes);
+            float *out = malloc((size_t)(rows * mmax) * sizeof *out);
+            assert_non_null(P);
+            assert_non_null(out);
+            const int form = quant_pack(GGML_TYPE_BF16, W, rows, k, P);
+            for (size_t mi = 0; mi < sizeof ms / sizeof ms[0]; mi++) {
+                const int64_t m = ms[mi];
+                for (int packed = 0; packed < 2; packed++) {
+                    if (!packed && m == 1) /* a lone row-major token keeps the AVX2 dot */
+                        continue;
+                    memset(out, 0xff, (size_t)(rows * m) * sizeof *out);
+                    if (packed) {
+                        assert_int_equal(quant_matmul_packed(GGML_TYPE_BF16, form, P, rows, k, X, m,
+                                                             out, rows, 0, 16),
+                                         0);
+                        assert_int_equal(quant_matmul_packed(GGML_TYPE_BF16, form, P, rows, k, X, m,
+                                                             out, rows, 16, rows),
+                                         0);
+                    } else {
+                        quant_matmul(GGML_TYPE_BF16, W, k, X, m, out, rows, 0, 5);
+                        quant_matmul(GGML_TYPE_BF16, W, k, X, m, out, rows, 5, rows);
+                    }
+                    for (int64_t j = 0; j < m; j++)
+                        for (int64_t i = 0; i < rows; i++) {
+                            const float want =
+                                bf16_pair_chain(W + (size_t)i * wb, X + (size_t)j * xb, k);
+                            if (memcmp(&want, &out[j * rows + i], sizeof want))
+                                fail_msg("k=%lld m=%lld %s%s: row %lld tok %lld: %a, chain %a",
+                                         (long long)k, (long long)m,
+                                         packed ? "packed" : "row-major", tiny ? ", tiny" : "",
+                                         (long long)i, (long long)j, (double)out[j * rows + i],
+                                         (double)want);
+                        }
+                }
+            }
+            free(fw);
+            free(fx);
+            free(W);
+            free(X);
+            free(P);
+            free(out);
+        }
+    assert_int_equal(quant_set_isa("auto"), 0);
 }
 
 /* The attention axpy: every ISA gives the reference's bits (multiply, then add). */
@@ -1456,6 +1561,7 @@ int main(void)
         cmocka_unit_test(test_f16_int),
         cmocka_unit_test(test_act_bytes),
         cmocka_unit_test(test_act_half),
+        cmocka_unit_test(test_bf16_pairs),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

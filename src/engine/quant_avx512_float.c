@@ -221,6 +221,6 @@ AF_TARGET_AVX512F static void gemm(uint32_t type, const char *W, size_t wbytes, 
 
 FLOAT_MATMUL(quant_avx512_matmul_f32, GGML_TYPE_F32, quant_avx2_matmul_f32)
 FLOAT_MATMUL(quant_avx512_matmul_f16, GGML_TYPE_F16, quant_avx2_matmul_f16)
-FLOAT_MATMUL(quant_avx512_matmul_bf16, GGML_TYPE_BF16, quant_avx2_matmul_bf16)
+FLOAT_MATMUL(quant_avx512_matmul_bf16_fma, GGML_TYPE_BF16, quant_avx2_matmul_bf16)
 
 #endif

@@ -331,7 +331,7 @@ AF_TARGET_AVX512 static void f_matmul(int kind, const void *P, int64_t k, const 
     }
 
 F_ENTRIES(f16, K_F16)
-F_ENTRIES(bf16, K_BF16)
+F_ENTRIES(bf16_fma, K_BF16)
 F_ENTRIES(f32, K_F32)
 
 #endif

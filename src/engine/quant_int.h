@@ -193,8 +193,9 @@ void quant_avx512_matmul_f32(const void *W, size_t wbytes, int64_t k, const void
                              int64_t m, float *out, int64_t ldo, int64_t r0, int64_t r1);
 void quant_avx512_matmul_f16(const void *W, size_t wbytes, int64_t k, const void *X, size_t xbytes,
                              int64_t m, float *out, int64_t ldo, int64_t r0, int64_t r1);
-void quant_avx512_matmul_bf16(const void *W, size_t wbytes, int64_t k, const void *X, size_t xbytes,
-                              int64_t m, float *out, int64_t ldo, int64_t r0, int64_t r1);
+void quant_avx512_matmul_bf16_fma(const void *W, size_t wbytes, int64_t k, const void *X,
+                                  size_t xbytes, int64_t m, float *out, int64_t ldo, int64_t r0,
+                                  int64_t r1);
 
 /* The AVX-512 Q8_0 / Q4_0 / Q5_0 kernels with 16 rows in the lanes (quant_avx512_r16.c): one
  * chain per output for every batch size, the vec_dot included. */
@@ -224,17 +225,27 @@ void quant_avx512_matmul_packed_q5_0(const void *P, int64_t rows, int64_t k, con
 /* F16 / BF16 / F32 packed with 16 rows in the lanes, [k][16] a group (quant_avx512_fpack.c): the
  * row-major kernels' bits (a lone F32 token the AVX2 dot's, the halves' the batch chain). */
 size_t quant_avx512_pack_f16(const void *W, size_t wbytes, int64_t rows, int64_t k, void *out);
-size_t quant_avx512_pack_bf16(const void *W, size_t wbytes, int64_t rows, int64_t k, void *out);
+size_t quant_avx512_pack_bf16_fma(const void *W, size_t wbytes, int64_t rows, int64_t k, void *out);
 size_t quant_avx512_pack_f32(const void *W, size_t wbytes, int64_t rows, int64_t k, void *out);
 void quant_avx512_matmul_packed_f32(const void *P, int64_t rows, int64_t k, const void *X,
                                     size_t xbytes, int64_t m, float *out, int64_t ldo, int64_t r0,
                                     int64_t r1);
-void quant_avx512_matmul_packed_bf16(const void *P, int64_t rows, int64_t k, const void *X,
-                                     size_t xbytes, int64_t m, float *out, int64_t ldo, int64_t r0,
-                                     int64_t r1);
+void quant_avx512_matmul_packed_bf16_fma(const void *P, int64_t rows, int64_t k, const void *X,
+                                         size_t xbytes, int64_t m, float *out, int64_t ldo,
+                                         int64_t r0, int64_t r1);
 void quant_avx512_matmul_packed_f16(const void *P, int64_t rows, int64_t k, const void *X,
                                     size_t xbytes, int64_t m, float *out, int64_t ldo, int64_t r0,
                                     int64_t r1);
+
+/* BF16 on vdpbf16ps (quant_avx512_bf16.c): its own chain (pairs, odd element first, denormals
+ * flushed) for every batch size, packed or row-major; odd k and CPUs without AVX-512 BF16 take
+ * the _fma kernels above. */
+size_t quant_avx512_pack_bf16(const void *W, size_t wbytes, int64_t rows, int64_t k, void *out);
+void quant_avx512_matmul_packed_bf16(const void *P, int64_t rows, int64_t k, const void *X,
+                                     size_t xbytes, int64_t m, float *out, int64_t ldo, int64_t r0,
+                                     int64_t r1);
+void quant_avx512_matmul_bf16(const void *W, size_t wbytes, int64_t k, const void *X, size_t xbytes,
+                              int64_t m, float *out, int64_t ldo, int64_t r0, int64_t r1);
 
 /* F16 as 14-bit integers in blocks of 32 (quant_avx512_f16i.c, opt-in: quant_set_f16_int): its
  * packed form and matmul, and the row-major matmul with the same bits (it packs on the fly). */
