@@ -10,7 +10,7 @@
 # the passes with the ratios (docs/PERFORMANCE.md). tg is TG one-token steps from an empty
 # context on both sides; tg@PP the same after a PP-token prompt (ours: tg_after_pp).
 #
-# Environment: TYPES ("F32 F16 Q8_0 Q4_0 Q4_K_M"), PASSES (3), PP (512), TG (128), THREADS (2),
+# Environment: TYPES ("F32 F16 BF16 Q8_0 Q4_0 Q4_K_M"), PASSES (3), PP (512), TG (128), THREADS (2),
 # SHAPE (qwen2.5-0.5b; any make-random shape, e.g. custom:16,1024,16,4,2816, whose 1,024-wide
 # rows make a Q4_K_M file of K-quants as a 7B's is),
 # DIR (/tmp/agentflow-bench), LLCPP (build/llamacpp-native), NLC_DIR (build/llamacpp), AF
@@ -20,7 +20,7 @@
 # needed: both sides spin their threads.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-TYPES=${TYPES:-F32 F16 Q8_0 Q4_0 Q4_K_M} SHAPE=${SHAPE:-qwen2.5-0.5b}
+TYPES=${TYPES:-F32 F16 BF16 Q8_0 Q4_0 Q4_K_M} SHAPE=${SHAPE:-qwen2.5-0.5b}
 NAME=$(echo "$SHAPE" | tr ':,' '--')
 PASSES=${PASSES:-3} PP=${PP:-512} TG=${TG:-128} THREADS=${THREADS:-2}
 DIR=${DIR:-/tmp/agentflow-bench} LLCPP=${LLCPP:-build/llamacpp-native}
