@@ -10,6 +10,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <limits.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -535,18 +536,24 @@ static void test_kv_f16(void **state)
     af_engine_free(e16);
 }
 
+/* batched_equals_alone on a random 256-wide model of the given type. */
+static void batched_equals_alone_random(const char *type, uint64_t seed)
+{
+    char path[300], err[512];
+    snprintf(path, sizeof path, "%s.%s.gguf", tiny_path, type);
+    struct af_engine_random_params rp = {"qwen2", "custom:2,256,4,2,512", type, seed, NULL};
+    if (af_engine_make_random(&rp, path, err, sizeof err))
+        fail_msg("make-random: %s", err);
+    batched_equals_alone(path, 0);
+    unlink(path);
+}
+
 /* The same on K-quant weights: the tiny shape's 64-wide rows do not fill a 256-value Q4_K block,
  * so this model is 256 wide (Q4_K_M keeps some tensors in Q6_K, so both kernels run). */
 static void test_concurrent_batching_q4_k_m(void **state)
 {
     (void)state;
-    char path[300], err[512];
-    snprintf(path, sizeof path, "%s.q4km.gguf", tiny_path);
-    struct af_engine_random_params rp = {"qwen2", "custom:2,256,4,2,512", "Q4_K_M", 9, NULL};
-    if (af_engine_make_random(&rp, path, err, sizeof err))
-        fail_msg("make-random: %s", err);
-    batched_equals_alone(path, 0);
-    unlink(path);
+    batched_equals_alone_random("Q4_K_M", 9);
 }
 
 /* And on BF16 weights (vdpbf16ps where the CPU has AVX-512 BF16: its own pair chain, for the
@@ -554,13 +561,7 @@ static void test_concurrent_batching_q4_k_m(void **state)
 static void test_concurrent_batching_bf16(void **state)
 {
     (void)state;
-    char path[300], err[512];
-    snprintf(path, sizeof path, "%s.bf16.gguf", tiny_path);
-    struct af_engine_random_params rp = {"qwen2", "custom:2,256,4,2,512", "BF16", 4, NULL};
-    if (af_engine_make_random(&rp, path, err, sizeof err))
-        fail_msg("make-random: %s", err);
-    batched_equals_alone(path, 0);
-    unlink(path);
+    batched_equals_alone_random("BF16", 4);
 }
 
 /* Weights packed under one kernel set are not read by another: an engine loaded on AVX-512 whose
@@ -612,9 +613,13 @@ static void test_packed_form_after_isa_switch(void **state)
     unlink(path);
 }
 
-/* Rss (kB) of this process's mappings of files whose path contains `part`. */
-static long file_rss_kb(const char *part)
+/* Rss (kB) of this process's mappings of files whose path contains `part` (made canonical, as
+ * smaps names files: ../shared becomes the real folder). */
+static long file_rss_kb(const char *path)
 {
+    char part[PATH_MAX];
+    if (!realpath(path, part))
+        return -1;
     FILE *f = fopen("/proc/self/smaps", "r");
     if (!f)
         return -1;
