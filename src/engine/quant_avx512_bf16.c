@@ -20,6 +20,7 @@
  * quant_avx512_float.c). The row-major matmul packs a group at a time on the fly; a lone
  * row-major token keeps the AVX2 dot, as for F16 (m1_invariant is 0 for BF16).
  */
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -41,12 +42,14 @@ enum {
 
 static int have_bf16(void)
 {
-    static int v = -1; /* races write the same value */
-    if (v < 0) {
+    static _Atomic int v = -1; /* concurrent first calls store the same value */
+    int h = atomic_load_explicit(&v, memory_order_relaxed);
+    if (h < 0) {
         __builtin_cpu_init();
-        v = __builtin_cpu_supports("avx512bf16") ? 1 : 0;
+        h = __builtin_cpu_supports("avx512bf16") ? 1 : 0;
+        atomic_store_explicit(&v, h, memory_order_relaxed);
     }
-    return v;
+    return h;
 }
 
 static int pairs_ok(int64_t k)
