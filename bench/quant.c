@@ -11,8 +11,11 @@
  * --copies N cycles through N copies of the weight (N = 32: 140 MB of Q8_0), so each call
  * streams it from DRAM as the engine's decode does, instead of from L3.
  *
+ * --rows R --k K set the weight's shape (the 0.5B shape's gate and up: --rows 4864 --k 896);
+ * types whose blocks do not divide k are skipped.
+ *
  *   build/release/bench/quant [--min-ms 300] [--isa ref|avx2|avx512] [--type Q4_0] [-m 64]
- *                             [--copies 1] [--packed 0|1]
+ *                             [--copies 1] [--packed 0|1] [--rows 896] [--k 4864]
  */
 #include <math.h>
 #include <stdint.h>
@@ -23,8 +26,8 @@
 #include "core/clock.h"
 #include "engine/quant.h"
 
-#define ROWS 896
-#define K 4864
+/* The weight's shape: --rows / --k (default the ffn_down shape above). */
+static int64_t ROWS = 896, K = 4864;
 #define GFLOP_PER_TOKEN 0.716
 
 static const uint32_t types[] = {
@@ -88,7 +91,7 @@ static void bench_type(uint32_t t, const char *isa, const float *fw, const float
         fprintf(stderr, "out of memory\n");
         exit(1);
     }
-    for (int r = 0; r < ROWS; r++)
+    for (int64_t r = 0; r < ROWS; r++)
         quant_quantize_row(t, fw + (size_t)r * K, rows + (size_t)r * wb, K);
     if (packed)
         form = quant_pack(t, rows, ROWS, K, W);
@@ -127,9 +130,15 @@ int main(int argc, char **argv)
             n_copies = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--packed"))
             packed = atoi(argv[i + 1]) != 0;
+        else if (!strcmp(argv[i], "--rows") && atoll(argv[i + 1]) >= 1)
+            ROWS = atoll(argv[i + 1]);
+        else if (!strcmp(argv[i], "--k") && atoll(argv[i + 1]) >= 1 && atoll(argv[i + 1]) % 32 == 0)
+            K = atoll(argv[i + 1]);
         else {
-            fprintf(stderr, "usage: bench/quant [--min-ms 300] [--isa ref|avx2|avx512] [--type "
-                            "Q4_0] [-m 64 (prefill tokens, 2+)] [--copies 1] [--packed 0|1]\n");
+            fprintf(stderr,
+                    "usage: bench/quant [--min-ms 300] [--isa ref|avx2|avx512] [--type "
+                    "Q4_0] [-m 64 (prefill tokens, 2+)] [--copies 1] [--packed 0|1] [--rows "
+                    "896] [--k 4864 (a multiple of 32)]\n");
             return 2;
         }
     }
@@ -140,15 +149,16 @@ int main(int argc, char **argv)
         fw[i] = 0.02f * rng_gauss();
     for (size_t i = 0; i < (size_t)n_pre * K; i++)
         fx[i] = rng_gauss();
-    printf("quant_matmul, W %d x %d, %d cop%s, 1 thread (auto ISA: %s)\n", ROWS, K, n_copies,
-           n_copies == 1 ? "y" : "ies", quant_isa());
+    printf("quant_matmul, W %lld x %lld, %d cop%s, 1 thread (auto ISA: %s)\n", (long long)ROWS,
+           (long long)K, n_copies, n_copies == 1 ? "y" : "ies", quant_isa());
     char mcol[32];
     snprintf(mcol, sizeof mcol, "GF/s m%d", n_pre);
     printf("%-5s %-7s %9s %9s %9s %11s\n", "type", "isa", "GF/s m=1", "GB/s m=1", mcol,
            "tok/s 2thr");
     static const char *isas[] = {"ref", "avx2", "avx512"};
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
-        if (only_type && quant_type_from_name(only_type) != (int)types[ti])
+        if ((only_type && quant_type_from_name(only_type) != (int)types[ti]) ||
+            K % quant_block_elems(types[ti]) != 0)
             continue;
         for (size_t ii = 0; ii < 3; ii++) {
             if ((only_isa && strcmp(only_isa, isas[ii])) || quant_set_isa(isas[ii]) != 0 ||
