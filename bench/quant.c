@@ -1,23 +1,26 @@
 /*
- * bench/quant.c - single-thread GFLOP/s of quant_matmul per tensor type and ISA.
+ * bench/quant.c - GFLOP/s of quant_matmul per tensor type and ISA.
  *
  * The weight is the Qwen2.5-0.5B ffn_down shape: 896 rows of k = 4864 (a multiple of 256, so
  * the K-quants run on it too), random gaussian values; activations are m = 1 (decode) and
  * m = 64 (prefill) tokens prepared with quant_prepare_act. GFLOP/s = 2 * rows * k * m / time.
  * The last column estimates prefill tokens/s on 2 threads for the 0.5B model's 0.716 GFLOP
  * of non-embedding matmuls per token (2 * m64 GFLOP/s / 0.716), and "GB/s" the weight bytes
- * streamed per second at m = 1. Times are the thread's CPU time (robust on a shared machine).
+ * streamed per second at m = 1. Times are the thread's CPU time on one thread (robust on a
+ * shared machine).
  *
  * --copies N cycles through N copies of the weight (N = 32: 140 MB of Q8_0), so each call
  * streams it from DRAM as the engine's decode does, instead of from L3.
  *
  * --rows R --k K set the weight's shape (the 0.5B shape's gate and up: --rows 4864 --k 896);
- * types whose blocks do not divide k are skipped.
+ * types whose blocks do not divide k are skipped. --threads N splits each call's rows into N
+ * contiguous shares run at once (the engine's split): wall-clock times, GFLOP/s of all N.
  *
  *   build/release/bench/quant [--min-ms 300] [--isa ref|avx2|avx512] [--type Q4_0] [-m 64]
- *                             [--copies 1] [--packed 0|1] [--rows 896] [--k 4864]
+ *                             [--copies 1] [--packed 0|1] [--rows 896] [--k 4864] [--threads 1]
  */
 #include <math.h>
+#include <omp.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -57,20 +60,46 @@ static int n_copies = 1;
 static int packed;
 static int form; /* quant_pack's, for quant_matmul_packed */
 
+/* Threads that share each call, each a contiguous share of the rows (--threads 2), as the
+ * engine splits a matmul; timed by the wall clock then, so a quiet machine is needed. */
+static int n_threads = 1;
+
+static void call_rows(uint32_t t, const uint8_t *w, const void *X, int64_t m, float *out,
+                      int64_t r0, int64_t r1)
+{
+    if (packed)
+        (void)quant_matmul_packed(t, form, w, ROWS, K, X, m, out, ROWS, r0, r1);
+    else
+        quant_matmul(t, w, K, X, m, out, ROWS, r0, r1);
+}
+
+static double now_ms(void)
+{
+    return n_threads > 1 ? af_clock_ms() : af_clock_thread_cpu_ms();
+}
+
 /* Seconds per call of quant_matmul, repeated until min_ms have passed. */
 static double time_matmul(uint32_t t, const uint8_t *W, size_t wsize, const void *X, int64_t m,
                           float *out, double min_ms)
 {
     int reps = 0;
-    double t0 = af_clock_thread_cpu_ms(), el;
+    double t0 = now_ms(), el;
     do {
         const uint8_t *w = W + (size_t)(reps % n_copies) * wsize;
-        if (packed)
-            (void)quant_matmul_packed(t, form, w, ROWS, K, X, m, out, ROWS, 0, ROWS);
-        else
-            quant_matmul(t, w, K, X, m, out, ROWS, 0, ROWS);
+        if (n_threads > 1) {
+#pragma omp parallel num_threads(n_threads)
+            {
+                const int64_t nt = omp_get_num_threads(), i = omp_get_thread_num();
+                const int64_t r0 = (ROWS * i / nt + 15) / 16 * 16;
+                const int64_t r1 = i == nt - 1 ? ROWS : (ROWS * (i + 1) / nt + 15) / 16 * 16;
+                if (r0 < r1)
+                    call_rows(t, w, X, m, out, r0, r1);
+            }
+        } else {
+            call_rows(t, w, X, m, out, 0, ROWS);
+        }
         reps++;
-        el = af_clock_thread_cpu_ms() - t0;
+        el = now_ms() - t0;
     } while (el < min_ms);
     return el / 1000.0 / reps;
 }
@@ -130,6 +159,8 @@ int main(int argc, char **argv)
             n_copies = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--packed"))
             packed = atoi(argv[i + 1]) != 0;
+        else if (!strcmp(argv[i], "--threads") && atoi(argv[i + 1]) >= 1)
+            n_threads = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--rows") && atoll(argv[i + 1]) >= 1)
             ROWS = atoll(argv[i + 1]);
         else if (!strcmp(argv[i], "--k") && atoll(argv[i + 1]) >= 1 && atoll(argv[i + 1]) % 32 == 0)
@@ -138,7 +169,7 @@ int main(int argc, char **argv)
             fprintf(stderr,
                     "usage: bench/quant [--min-ms 300] [--isa ref|avx2|avx512] [--type "
                     "Q4_0] [-m 64 (prefill tokens, 2+)] [--copies 1] [--packed 0|1] [--rows "
-                    "896] [--k 4864 (a multiple of 32)]\n");
+                    "896] [--k 4864 (a multiple of 32)] [--threads 1]\n");
             return 2;
         }
     }
@@ -149,8 +180,9 @@ int main(int argc, char **argv)
         fw[i] = 0.02f * rng_gauss();
     for (size_t i = 0; i < (size_t)n_pre * K; i++)
         fx[i] = rng_gauss();
-    printf("quant_matmul, W %lld x %lld, %d cop%s, 1 thread (auto ISA: %s)\n", (long long)ROWS,
-           (long long)K, n_copies, n_copies == 1 ? "y" : "ies", quant_isa());
+    printf("quant_matmul, W %lld x %lld, %d cop%s, %d thread%s (auto ISA: %s)\n", (long long)ROWS,
+           (long long)K, n_copies, n_copies == 1 ? "y" : "ies", n_threads,
+           n_threads == 1 ? "" : "s", quant_isa());
     char mcol[32];
     snprintf(mcol, sizeof mcol, "GF/s m%d", n_pre);
     printf("%-5s %-7s %9s %9s %9s %11s\n", "type", "isa", "GF/s m=1", "GB/s m=1", mcol,

@@ -227,7 +227,8 @@ AF_TARGET_AVX512 static AF_INLINE void k_unpack(int kind, const uint8_t *const *
  * tokens' Q8_K blocks; d[c], t[c]: their side terms. */
 AF_TARGET_AVX512 static AF_INLINE void k_tokens(int kind, int nc, const struct k_blk *B,
                                                 const struct blk_q8_k *const *ys, const float *d,
-                                                const int32_t *const *t, __m512 *acc)
+                                                const int32_t *const *t, const uint8_t *pf,
+                                                size_t pf_lines, __m512 *acc)
 {
     __m512i S[K_C];
 #pragma GCC unroll 8
@@ -235,6 +236,10 @@ AF_TARGET_AVX512 static AF_INLINE void k_tokens(int kind, int nc, const struct k
         S[c] = _mm512_setzero_si512();
 #pragma GCC unroll 1
     for (int g = 0; g < 8; g++) {
+        /* An eighth of the block's prefetches a group: issued in one burst, they filled the
+         * miss buffers and stalled the loop (15% of a Q6_K batch's samples sat on them). */
+        for (size_t l = pf_lines * (size_t)g / 8; l < pf_lines * (size_t)(g + 1) / 8; l++)
+            _mm_prefetch((const char *)pf + 64 * l, _MM_HINT_T1);
         __m512i T[8];
 #pragma GCC unroll 8
         for (int i = 0; i < 8; i++)
@@ -378,19 +383,18 @@ AF_TARGET_AVX512 static AF_INLINE float k_dot(int kind, int64_t n, const void *w
 
 /* Prefetch block b's share (`per` lines) of the next group's bytes, 16 rows from `next`, one
  * contiguous range of `lines` lines, in address order, into L2 (quant_avx512_r16.c). */
-AF_TARGET_AVX512 static AF_INLINE void k_prefetch(const uint8_t *next, size_t lines, size_t per,
-                                                  int64_t b)
+static inline size_t k_prefetch_range(size_t lines, size_t per, int64_t b, size_t *l0)
 {
-    const size_t l0 = per * (size_t)b, l1 = l0 + per < lines ? l0 + per : lines;
-    for (size_t l = l0; l < l1; l++)
-        _mm_prefetch((const char *)next + 64 * l, _MM_HINT_T1);
+    *l0 = per * (size_t)b;
+    const size_t l1 = *l0 + per < lines ? *l0 + per : lines;
+    return l1 > *l0 ? l1 - *l0 : 0;
 }
 
 /* Tokens c0 .. c0 + nc - 1 of the chunk against B (block b of the k chunk). */
 AF_TARGET_AVX512 static AF_INLINE void k_pass(int kind, int nc, const struct k_blk *B,
                                               const uint8_t *X, size_t xbytes, int64_t b0,
                                               int64_t b, const struct k_x *xs, int64_t c0,
-                                              __m512 *acc)
+                                              const uint8_t *pf, size_t pf_lines, __m512 *acc)
 {
     const struct blk_q8_k *ys[K_C];
     const int32_t *t[K_C];
@@ -406,7 +410,7 @@ AF_TARGET_AVX512 static AF_INLINE void k_pass(int kind, int nc, const struct k_b
 #pragma GCC unroll 8
     for (int c = 0; c < nc; c++)
         a[c] = acc[c0 + c];
-    k_tokens(kind, nc, B, ys, d, t, a);
+    k_tokens(kind, nc, B, ys, d, t, pf, pf_lines, a);
 #pragma GCC unroll 8
     for (int c = 0; c < nc; c++)
         acc[c0 + c] = a[c];
@@ -565,14 +569,16 @@ AF_TARGET_AVX512 static AF_INLINE void k_run(int kind, const uint8_t *const *rp,
         acc[c] = first ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(mk, o + c * ldo);
     struct k_blk B __attribute__((aligned(64)));
     for (int64_t b = 0; b < kc; b++) {
-        k_prefetch(next, lines, per, b);
+        size_t l0;
+        const size_t nl = k_prefetch_range(lines, per, b, &l0);
         if (og)
             k_pblock(kind, og, b0 + b, &B);
         else
             k_unpack(kind, rp, b0 + b, &B);
         for (int64_t c0 = 0; c0 < tc; c0 += K_C) {
             const int nc = tc - c0 < K_C ? (int)(tc - c0) : K_C;
-#define K_PASS(n) k_pass(kind, n, &B, X, xbytes, b0, b, xs, c0, acc)
+            /* the first pass spreads the block's share of prefetches over its groups */
+#define K_PASS(n) k_pass(kind, n, &B, X, xbytes, b0, b, xs, c0, next + 64 * l0, c0 ? 0 : nl, acc)
             QUANT_NC_CASES(K_PASS)
 #undef K_PASS
         }
