@@ -274,9 +274,13 @@ AF_TARGET_AVX512 static void f_matmul(int kind, const void *P, int64_t k, const 
     const int64_t kcmax = kind == K_F32 ? F_KC / 2 : F_KC;
     /* An F32 batch of more than 16 (prefill) takes two groups x 8 tokens a tile: fewer loads
      * per FMA (bench/quant F32 -m 512: 84-92 GFLOP/s with one group x 16, 99-102 with pairs).
-     * The halves keep one group x 16, one conversion per 16 FMAs (F16 -m 512: 103-105 against
-     * 90 with pairs). */
-    const int pair_tiles = m > 16 && kind == K_F32;
+     * The halves keep one group x 16 there, one conversion per 16 FMAs (F16 -m 512: 103-105
+     * against 90 with pairs on a Zen 5 of one zmm FMA a cycle; level, 214-222, on one of two).
+     * Up to 16 tokens the halves take pairs: a group's few chains (one a token) waited on the
+     * FMA latency, and two groups double them (F16, one thread, in cache: m = 1 31 -> 53-58
+     * GB/s, m = 2 59 -> 106 GFLOP/s, m = 8 203 -> 234, m = 16 220 -> 243). F32 keeps its own
+     * lone-token order (f32_dot1) and one group for 2-16 (pairs were level there). */
+    const int pair_tiles = kind == K_F32 ? m > 16 : m <= 16;
     for (int64_t k0 = 0; k0 < k; k0 += kcmax) {
         const int64_t kc = k - k0 < kcmax ? k - k0 : kcmax;
         for (int64_t j0 = 0; j0 < m; j0 += F_XT) {
