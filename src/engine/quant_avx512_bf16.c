@@ -115,9 +115,54 @@ AF_TARGET_BF16 static void b_tile_n(int nc, const uint8_t *pw, int64_t p0, int64
 #undef B1
 }
 
+/* Two adjacent groups (pw1 = pw0 + the group's bytes; mk1 masks the second's rows) against nc
+ * (<= B_TC) tokens: each output's chain as in b_tile, twice the chains in flight. */
+AF_TARGET_BF16 static AF_INLINE
+    void b_tile2(int nc, const uint8_t *pw0, const uint8_t *pw1, int64_t p0, int64_t kp,
+                 const uint8_t *x, size_t xbytes, const uint8_t *next0, const uint8_t *next1,
+                 int first, float *out, int64_t ldo, __mmask16 mk1)
+{
+    __m512 a0[B_TC], a1[B_TC];
+#pragma GCC unroll 8
+    for (int c = 0; c < nc; c++) {
+        a0[c] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(out + c * ldo);
+        a1[c] = first ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(mk1, out + c * ldo + 16);
+    }
+    for (int64_t p = p0; p < p0 + kp; p++) {
+        if (next0) {
+            _mm_prefetch((const char *)next0 + 64 * p, _MM_HINT_T1);
+            _mm_prefetch((const char *)next1 + 64 * p, _MM_HINT_T1);
+        }
+        const __m512bh w0 = (__m512bh)_mm512_load_si512(pw0 + 64 * p);
+        const __m512bh w1 = (__m512bh)_mm512_load_si512(pw1 + 64 * p);
+#pragma GCC unroll 8
+        for (int c = 0; c < nc; c++) {
+            const __m512bh xv =
+                (__m512bh)_mm512_set1_epi32((int)ld32(x + (size_t)c * xbytes + 4 * p));
+            a0[c] = _mm512_dpbf16_ps(a0[c], w0, xv);
+            a1[c] = _mm512_dpbf16_ps(a1[c], w1, xv);
+        }
+    }
+#pragma GCC unroll 8
+    for (int c = 0; c < nc; c++) {
+        _mm512_storeu_ps(out + c * ldo, a0[c]);
+        _mm512_mask_storeu_ps(out + c * ldo + 16, mk1, a1[c]);
+    }
+}
+
+AF_TARGET_BF16 static void b_tile2_n(int nc, const uint8_t *pw0, const uint8_t *pw1, int64_t p0,
+                                     int64_t kp, const uint8_t *x, size_t xbytes,
+                                     const uint8_t *next0, const uint8_t *next1, int first,
+                                     float *out, int64_t ldo, __mmask16 mk1){
+#define B2(n) b_tile2(n, pw0, pw1, p0, kp, x, xbytes, next0, next1, first, out, ldo, mk1)
+    QUANT_NC_CASES(B2)
+#undef B2
+}
+
 /* out[j * ldo + r] = W row r . X row j, r in [r0, r1) (r0 a multiple of 16) of the packed groups
  * P, j < m. Loop order: k chunk, group, tokens B_TC at a time, so that a group's
- * chunk stays in L1 while the tokens pass over it. */
+ * chunk stays in L1 while the tokens pass over it. A batch of up to 16 tokens takes two groups a
+ * tile: one group's chains (one a token) waited on the instruction's latency. */
 AF_TARGET_BF16 static void b_matmul(const uint8_t *P, int64_t k, const uint8_t *X, size_t xbytes,
                                     int64_t m, float *out, int64_t ldo, int64_t r0, int64_t r1)
 {
@@ -126,9 +171,21 @@ AF_TARGET_BF16 static void b_matmul(const uint8_t *P, int64_t k, const uint8_t *
     for (int64_t p0 = 0; p0 < np; p0 += B_KP) {
         const int64_t kp = np - p0 < B_KP ? np - p0 : B_KP;
         for (int64_t r = r0; r < r1; r += 16) {
+            const uint8_t *pg = P + (size_t)(r / 16) * gbytes;
+            if (m <= 2 * B_TC && r1 - r > 16) {
+                const int nr1 = r1 - r - 16 < 16 ? (int)(r1 - r - 16) : 16;
+                const __mmask16 mk1 = (__mmask16)(nr1 == 16 ? 0xFFFF : (1u << nr1) - 1);
+                for (int64_t c0 = 0; c0 < m; c0 += B_TC) {
+                    const int nc = m - c0 < B_TC ? (int)(m - c0) : B_TC;
+                    b_tile2_n(nc, pg, pg + gbytes, p0, kp, X + (size_t)c0 * xbytes, xbytes,
+                              c0 == 0 ? pg + 2 * gbytes : NULL, pg + 3 * gbytes, p0 == 0,
+                              out + c0 * ldo + r, ldo, mk1);
+                }
+                r += 16;
+                continue;
+            }
             const int nr = r1 - r < 16 ? (int)(r1 - r) : 16;
             const __mmask16 mk = (__mmask16)(nr == 16 ? 0xFFFF : (1u << nr) - 1);
-            const uint8_t *pg = P + (size_t)(r / 16) * gbytes;
             for (int64_t c0 = 0; c0 < m; c0 += B_TC) {
                 const int nc = m - c0 < B_TC ? (int)(m - c0) : B_TC;
                 /* the next group streams into L2 during the first tokens' pass; past the
