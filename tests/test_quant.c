@@ -1124,6 +1124,23 @@ static void gemm_float_isa(const char *isa)
                                  quant_type_name(t), (long long)k, (long long)i, (long long)j,
                                  (double)full[j * rows + i], (double)want);
                 }
+            /* each small batch (a continuous-batching decode step: AVX2 takes 8 rows in the
+             * lanes up to 8 tokens), rows split at 7: its chain's bits too */
+            for (int64_t mb = 2; mb <= 9; mb++) {
+                float sm[9 * 23];
+                quant_matmul(t, W, k, X + 3 * xb, mb, sm, rows, 0, 7);
+                quant_matmul(t, W, k, X + 3 * xb, mb, sm, rows, 7, rows);
+                for (int64_t j = 0; j < mb; j++)
+                    for (int64_t i = 0; i < rows; i++) {
+                        const uint8_t *wi = W + (size_t)i * wb, *xj = X + (size_t)(3 + j) * xb;
+                        const float want = bf16_pairs(isa, t, k) ? bf16_pair_chain(wi, xj, k)
+                                                                 : fma_chain(t, wi, xj, k);
+                        if (memcmp(&want, &sm[j * rows + i], sizeof want))
+                            fail_msg("%s k=%lld batch %lld row %lld tok %lld: %.9g, its chain %.9g",
+                                     quant_type_name(t), (long long)k, (long long)mb, (long long)i,
+                                     (long long)j, (double)sm[j * rows + i], (double)want);
+                    }
+            }
             /* decode: one token gives the dot's bits */
             assert_int_equal(quant_set_isa(isa), 0);
             quant_matmul(t, W, k, X + 5 * xb, 1, part, rows, 0, rows);
