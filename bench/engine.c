@@ -12,12 +12,13 @@
  * --concurrent 1,2,4,8 instead runs N generations at once on one engine (continuous batching)
  * and reports their aggregate decode tokens/s; --invariant loads the engine in batch-invariant
  * mode (what Flow-GRPO's rollouts use), to see what it costs. --concurrent-prompt P gives each
- * generation its own P-token prompt (default 32; longer ones are evaluated and cached before the
- * timed run, which then measures decoding over long contexts, where attention over their KV
- * weighs in). --shared-prompt 1 gives the N generations one prompt instead, as Flow-GRPO's
- * group of rollouts of a question has: sampled (temperature 1, a seed each) so that they part
- * after it, while the prompt's KV blocks are shared. --kv-type f16 loads the engine with an F16
- * KV cache.
+ * generation its own P-token prompt (default 32), evaluated and cached before the timed run, which
+ * then measures decoding (over long contexts with a long P, where attention over their KV weighs
+ * in); --cold-prompts 1 prefills prompts of up to 32 tokens inside the timed run, as this bench
+ * did before 2026-12-07. --shared-prompt 1 gives the N generations one prompt instead, as
+ * Flow-GRPO's group of rollouts of a question has: sampled (temperature 1, a seed each) so that
+ * they part after it, while the prompt's KV blocks are shared. --kv-type f16 loads the engine with
+ * an F16 KV cache.
  *
  * Models are generated once into DIR (default /tmp/agentflow-bench) with a fixed seed. Prints a
  * markdown table; record it in docs/PERFORMANCE.md.
@@ -36,12 +37,12 @@
     "usage: bench/engine [--types F32,F16,Q8_0,Q4_0,Q4_K_M] [-p 512] [-n 128] [-t 2]\n"            \
     "                    [--prefix 2000] [--shape qwen2.5-0.5b] [--dir DIR] [--vocab GGUF]\n"      \
     "                    [--concurrent 1,2,4,8] [--invariant 0|1] [--concurrent-prompt 32]\n"      \
-    "                    [--shared-prompt 0|1] [--kv-type f32|f16]\n"
+    "                    [--shared-prompt 0|1] [--kv-type f32|f16] [--cold-prompts 0|1]\n"
 
 struct opts {
     char types[256], concurrent[128];
     const char *shape, *dir, *vocab;
-    int pp, tg, threads, prefix, invariant, cprompt, kv_f16, shared;
+    int pp, tg, threads, prefix, invariant, cprompt, kv_f16, shared, cold;
 };
 
 static void rand_ids(int32_t *ids, int n, int64_t nv, uint64_t *st)
@@ -86,10 +87,13 @@ static void *job_run(void *arg)
 }
 
 /* N generations of tg tokens from np-token prompts at once: aggregate tokens/s over the wall
- * time. Prompts longer than 32 tokens are evaluated first, one by one (the radix cache keeps
- * them), so that the timed run is the decode of N sequences over their long contexts. shared:
- * one prompt for all N, sampled with a seed each. */
-static double concurrent_run(struct af_engine *e, int n, int tg, int np, int shared, uint64_t *st)
+ * time. The prompts are evaluated first, one by one (the radix cache keeps them), so that the
+ * timed run is the decode of N sequences (and each prompt's last token again, for its logits);
+ * cold: prompts of up to 32 tokens are prefilled inside the timed run instead (this bench's
+ * figures before 2026-12-07; eight sequences' 256 prompt tokens were 14% of that run's time and
+ * one's 32 about 3%). shared: one prompt for all N, sampled with a seed each. */
+static double concurrent_run(struct af_engine *e, int n, int tg, int np, int shared, int cold,
+                             uint64_t *st)
 {
     struct job *jobs = calloc((size_t)n, sizeof *jobs);
     pthread_t *th = calloc((size_t)n, sizeof *th);
@@ -105,7 +109,7 @@ static double concurrent_run(struct af_engine *e, int n, int tg, int np, int sha
         }
         rand_ids(jobs[i].ids, np, af_engine_n_vocab(e), st);
         struct af_engine_result r;
-        if (np > 32 && gen(e, jobs[i].ids, np, 1, 0, &r) == 0)
+        if ((!cold || np > 32) && gen(e, jobs[i].ids, np, 1, 0, &r) == 0)
             af_engine_result_deinit(&r);
     }
     const double t0 = af_clock_ms();
@@ -159,7 +163,8 @@ static int one_type(const struct opts *o, const char *type)
         char *save = NULL;
         for (char *tok = strtok_r(list, ",", &save); tok && !rc; tok = strtok_r(NULL, ",", &save)) {
             const int n = atoi(tok);
-            const double tps = n > 0 ? concurrent_run(e, n, o->tg, o->cprompt, o->shared, &st) : -1;
+            const double tps =
+                n > 0 ? concurrent_run(e, n, o->tg, o->cprompt, o->shared, o->cold, &st) : -1;
             if (tps < 0) {
                 rc = -1;
                 break;
@@ -224,6 +229,7 @@ int main(int argc, char **argv)
                      0,
                      32,
                      0,
+                     0,
                      0};
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--types"))
@@ -246,6 +252,8 @@ int main(int argc, char **argv)
             snprintf(o.concurrent, sizeof o.concurrent, "%s", argv[i + 1]);
         else if (!strcmp(argv[i], "--invariant"))
             o.invariant = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--cold-prompts"))
+            o.cold = atoi(argv[i + 1]) != 0;
         else if (!strcmp(argv[i], "--concurrent-prompt"))
             o.cprompt = atoi(argv[i + 1]) < 1 ? 1 : atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--shared-prompt"))
@@ -266,9 +274,10 @@ int main(int argc, char **argv)
            o.threads, o.pp, o.tg, o.prefix, o.invariant ? ", batch-invariant engine" : "",
            o.kv_f16 ? "F16" : "F32");
     if (o.concurrent[0]) {
-        printf("| type | generations at once | aggregate decode tok/s (%d-token prompt%s, tg %d "
-               "each) | |\n|---|---|---|---|\n",
-               o.cprompt, o.shared ? ", one for all, sampled" : "s", o.tg);
+        printf("| type | generations at once | aggregate decode tok/s (%d-token prompt%s%s, tg "
+               "%d each) | |\n|---|---|---|---|\n",
+               o.cprompt, o.shared ? ", one for all, sampled" : "s",
+               o.cold && o.cprompt <= 32 ? ", prefilled in the timed run" : ", cached first", o.tg);
         int rc = 0;
         for (char *t = strtok(o.types, ","); t; t = strtok(NULL, ","))
             rc |= one_type(&o, t);
