@@ -474,8 +474,12 @@ static void batched_equals_alone(const char *path, int kv_f16)
     free(info);
     const json_int_t widest =
         json_integer_value(json_object_get(json_object_get(j, "batching"), "widest_step"));
+    /* later prompts' chunks rode in the earlier requests' decode steps */
+    const json_int_t fused = json_integer_value(
+        json_object_get(json_object_get(j, "batching"), "prefill_chunks_fused"));
     json_decref(j);
     assert_true(widest > 1);
+    assert_true(fused > 0);
     for (int i = 0; i < N; i++) {
         assert_int_equal(jobs[i].rc, 0);
         check_alone_on(path, &ep, &jobs[i]);

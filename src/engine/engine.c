@@ -111,6 +111,10 @@ int af_engine_load(const char *path, const struct af_engine_params *p, struct af
     pthread_mutex_init(&e->mu, NULL);
     pthread_cond_init(&e->idle_cv, NULL);
     e->prefill_chunk = p->prefill_chunk > 0 ? p->prefill_chunk : 256;
+    /* For comparisons: each prompt chunk in a forward pass of its own, as before they were
+     * fused with the decode rows. */
+    const char *alone = getenv("AGENTFLOW_PREFILL_ALONE");
+    e->prefill_alone = alone && strcmp(alone, "1") == 0;
     e->max_batch = p->max_batch > 0 ? (p->max_batch < 256 ? p->max_batch : 256) : 64;
     *out = e;
     return AF_OK;
@@ -362,6 +366,10 @@ char *af_engine_info_json(struct af_engine *e)
                         json_integer((json_int_t)e->kv_budget_tokens));
     json_object_set_new(json_object_get(j, "batching"), "preempted",
                         json_integer((json_int_t)e->n_preempted));
+    json_object_set_new(json_object_get(j, "batching"), "prefill_chunks_fused",
+                        json_integer((json_int_t)e->n_fused));
+    json_object_set_new(json_object_get(j, "batching"), "prefill_chunks_alone",
+                        json_integer((json_int_t)e->n_alone));
     const struct kv_snap *ks = &e->kv_snap;
     json_object_set_new(j, "kv_cache",
                         json_pack("{s:i,s:s,s:I,s:I,s:I,s:I,s:I,s:I}", "block_tokens", KV_BLOCK,

@@ -39,6 +39,7 @@ struct af_engine {
     int max_batch;            /* sequences decoded together */
     int invariant;            /* batch_invariant mode */
     int draft_max;            /* prompt-lookup draft tokens per request and step; 0 = off */
+    int prefill_alone;        /* AGENTFLOW_PREFILL_ALONE=1: chunks never ride with decodes */
     int64_t kv_budget_tokens; /* the pool's size in tokens (blocks x KV_BLOCK) */
     float *step_logits;       /* [max_batch][n_vocab] */
     void **owned_w; /* weight buffers set by af_engine_set_weights (freed with the engine) */
@@ -47,7 +48,8 @@ struct af_engine {
     long long n_steps, n_rows, max_rows;
     long long n_drafted, n_draft_kept; /* draft tokens tried and kept (driver only) */
     long long n_preempted;             /* generations paused for the KV budget (under mu) */
-    struct kv_snap {                   /* the pool and tree as of the last step (under mu) */
+    long long n_fused, n_alone; /* prompt chunks run in a decode step, and alone (under mu) */
+    struct kv_snap {            /* the pool and tree as of the last step (under mu) */
         int64_t blocks_used, blocks_cached, nodes;
         long long hits, evicted;
     } kv_snap;

@@ -746,7 +746,7 @@ int fwd_eval(struct fwd_ctx *c, struct kv_seq *s, const int32_t *tokens, int64_t
 }
 
 int fwd_eval_rows(struct fwd_ctx *c, struct kv_seq *const *seqs, const int32_t *tokens, int64_t n,
-                  float *logits, char *err, size_t errlen)
+                  int64_t logits_from, float *logits, char *err, size_t errlen)
 {
     const struct model_hparams *hp = &c->m->hp;
     if (n <= 0)
@@ -754,6 +754,11 @@ int fwd_eval_rows(struct fwd_ctx *c, struct kv_seq *const *seqs, const int32_t *
     if (n > UBATCH) {
         af_errf(err, errlen, "%lld sequences in one step, over the %d a step takes", (long long)n,
                 UBATCH);
+        return AF_EINVAL;
+    }
+    if (logits_from < 0 || logits_from > n) {
+        af_errf(err, errlen, "logits from row %lld of a step of %lld rows", (long long)logits_from,
+                (long long)n);
         return AF_EINVAL;
     }
     for (int64_t j = 0; j < n; j++) {
@@ -796,6 +801,8 @@ int fwd_eval_rows(struct fwd_ctx *c, struct kv_seq *const *seqs, const int32_t *
         seqs[j]->tokens[c->row_pos[j]] = tokens[j];
         seqs[j]->n = c->row_pos[j] + 1;
     }
-    head(c, 0, n, logits);
-    return logits_checked(c, logits, n, err, errlen);
+    if (logits_from == n)
+        return AF_OK;
+    head(c, logits_from, n, logits);
+    return logits_checked(c, logits, n - logits_from, err, errlen);
 }

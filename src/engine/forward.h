@@ -63,12 +63,15 @@ AF_NODISCARD int fwd_eval(struct fwd_ctx *c, struct kv_seq *s, const int32_t *to
 /* One decode step of n rows at once: token j is appended to seqs[j], and the products of
  * every layer run as one matmul of n rows (attention per row). A sequence may fill several
  * adjacent rows: its tokens at successive positions, each row attending up to its own (how a
- * draft is verified). logits gets n rows of n_vocab floats. With invariant mode on, each row
- * has the bits it would have alone. Blocks as fwd_eval. AF_EINVAL names the row at fault (a full
- * context, a bad id, a sequence in rows that are not adjacent, more than FWD_MAX_ROWS rows); no
- * sequence changes then. AF_EPARSE as fwd_eval for non-finite values. */
+ * draft is verified, and how a prompt's chunk rides along with the decodes). logits gets the
+ * rows [logits_from, n), n_vocab floats each (the rows before it, a chunk's, need none). With
+ * invariant mode on, each row has the bits it would have alone. Blocks as fwd_eval. AF_EINVAL
+ * names the row at fault (a full context, a bad id, a sequence in rows that are not adjacent,
+ * more than FWD_MAX_ROWS rows); no sequence changes then. AF_EPARSE as fwd_eval for non-finite
+ * values. */
 #define FWD_MAX_ROWS 256
 AF_NODISCARD int fwd_eval_rows(struct fwd_ctx *c, struct kv_seq *const *seqs, const int32_t *tokens,
-                               int64_t n, float *logits, char *err, size_t errlen);
+                               int64_t n, int64_t logits_from, float *logits, char *err,
+                               size_t errlen);
 
 #endif

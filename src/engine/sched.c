@@ -14,10 +14,14 @@
  *      request holding blocks is preempted: its blocks go back (its full ones stay cached)
  *      and it is requeued, to be recomputed when admitted again. The oldest never is: it
  *      takes blocks past the budget if it must, so one request always runs;
- *   3. evaluates that chunk, so a long prompt never stalls the others for more than a chunk;
- *      a finished prompt samples its first token;
- *   4. decodes one token of every request past its prompt together: one matmul with a row per
- *      sequence for the projections and the MLP, attention per sequence (fwd_eval_rows).
+ *   3. decodes one token of every request past its prompt together: one matmul with a row per
+ *      sequence for the projections and the MLP, attention per sequence (fwd_eval_rows). The
+ *      prompt's chunk rides in the same forward pass, as rows of its sequence before the
+ *      decode rows (as many of its tokens as the rows left by the decodes and their drafts
+ *      allow), so the weights are read once for both: a decode step alone reads all of them
+ *      for a few rows. With no decode to ride with, or only a sliver of the chunk left room,
+ *      the chunk runs alone. A long prompt never stalls the others for more than a chunk; a
+ *      finished prompt samples its first token.
  * After each evaluation the blocks that filled join the radix tree. Requests join and leave
  * at token boundaries. Each request samples with its own sampler and seed, so its text does
  * not depend on the others'; with the engine's batch_invariant mode its bits do not either.
@@ -205,21 +209,11 @@ static int64_t chunk_of(const struct af_engine *e, const struct gen_req *g)
     return left < e->prefill_chunk ? left : e->prefill_chunk;
 }
 
-/* One prompt chunk of g; a finished prompt samples its first token. */
-static void prefill_chunk(struct af_engine *e, struct gen_req *g)
+/* After n more prompt tokens of g were evaluated: their full blocks join the radix tree, and a
+ * finished prompt samples its first token from logits (its last row's; NULL when resumed). */
+static void prefill_done(struct af_engine *e, struct gen_req *g, int64_t n, float *logits)
 {
-    char err[512] = "";
-    const int64_t n = chunk_of(e, g);
     const int last = n == g->n_feed - g->fed;
-    const double t0 = af_clock_ms();
-    int rc = fwd_eval(e->fc, g->seq, g->feed + g->fed, n,
-                      last && !g->resumed ? FWD_LOGITS_LAST : FWD_LOGITS_NONE, e->logits, err,
-                      sizeof err);
-    g->r->prefill_ms += af_clock_ms() - t0;
-    if (rc) {
-        fail_req(g, rc, err);
-        return;
-    }
     g->fed += n;
     radix_commit(e->tree, g->seq);
     if (!last)
@@ -237,7 +231,25 @@ static void prefill_chunk(struct af_engine *e, struct gen_req *g)
         g->st = RQ_DONE;
         return;
     }
-    sample_next(e, g, e->logits);
+    sample_next(e, g, logits);
+}
+
+/* One prompt chunk of g in a forward pass of its own (no decode to ride with). */
+static void prefill_chunk(struct af_engine *e, struct gen_req *g)
+{
+    char err[512] = "";
+    const int64_t n = chunk_of(e, g);
+    const int last = n == g->n_feed - g->fed;
+    const double t0 = af_clock_ms();
+    int rc = fwd_eval(e->fc, g->seq, g->feed + g->fed, n,
+                      last && !g->resumed ? FWD_LOGITS_LAST : FWD_LOGITS_NONE, e->logits, err,
+                      sizeof err);
+    g->r->prefill_ms += af_clock_ms() - t0;
+    if (rc) {
+        fail_req(g, rc, err);
+        return;
+    }
+    prefill_done(e, g, n, e->logits);
 }
 
 /* ---- prompt-lookup drafts ------------------------------------------------------------ */
@@ -272,9 +284,14 @@ static int64_t draft_for(const struct gen_req *g, int32_t *out, int64_t max)
     return 0;
 }
 
+#define FUSE_MIN_ROWS 64 /* the least part of a prompt chunk that rides in a decode step */
+
 /* What one step runs: a prompt chunk, and decode rows (a request's token, then its drafts). */
 struct plan {
     struct gen_req *pre;
+    /* rows [0, n_pre): pre's chunk riding in the decode step (0: it runs alone, if at all) */
+    int64_t n_pre;
+    int64_t logits_from; /* the first row with logits (decode_step) */
     struct gen_req *reqs[FWD_MAX_ROWS];
     int64_t n;
     struct kv_seq *seqs[FWD_MAX_ROWS];
@@ -299,9 +316,9 @@ static void sample_rows(void *arg, int tid, int nth)
     const int64_t V = sj->e->m->hp.n_vocab;
     for (int64_t j; (j = atomic_fetch_add(&sj->next, 1)) < sj->pl->n;) {
         sj->lps[j] = 0;
-        sj->ids[j] =
-            sampler_sample(sj->pl->reqs[j]->smp,
-                           sj->e->step_logits + (size_t)sj->pl->first[j] * (size_t)V, &sj->lps[j]);
+        const int64_t row = sj->pl->first[j] - sj->pl->logits_from;
+        sj->ids[j] = sampler_sample(sj->pl->reqs[j]->smp,
+                                    sj->e->step_logits + (size_t)row * (size_t)V, &sj->lps[j]);
     }
 }
 
@@ -309,13 +326,21 @@ static void sample_rows(void *arg, int tid, int nth)
  * guessed tokens ride in the same step as extra rows of their sequence, and each is kept
  * while the token sampled before it equals it. Sampling is the same as without drafts (one
  * draw per kept token, in order), so a greedy or seeded request writes the same text. */
-static void decode_step(struct af_engine *e, const struct plan *pl)
+static void decode_step(struct af_engine *e, struct plan *pl)
 {
     const int64_t V = e->m->hp.n_vocab;
     if (!e->step_logits)
         e->step_logits = af_xmalloc((size_t)FWD_MAX_ROWS * (size_t)V * sizeof(float));
     char err[512] = "";
-    int rc = fwd_eval_rows(e->fc, pl->seqs, pl->toks, pl->rows, e->step_logits, err, sizeof err);
+    /* A riding chunk needs logits only for its last row, and only when it ends the prompt. */
+    struct gen_req *pre = pl->n_pre ? pl->pre : NULL;
+    const int pre_ends = pre && pl->n_pre == pre->n_feed - pre->fed && !pre->resumed;
+    pl->logits_from = pl->n_pre - (pre_ends ? 1 : 0);
+    const double t0 = af_clock_ms();
+    int rc = fwd_eval_rows(e->fc, pl->seqs, pl->toks, pl->rows, pl->logits_from, e->step_logits,
+                           err, sizeof err);
+    if (pre)
+        pre->r->prefill_ms += af_clock_ms() - t0;
     /* Each request's first row is drawn from its own sampler whatever the others do, so those
      * draws run on all threads (over the vocabulary, they cost as much as a small matmul);
      * taking the tokens (text, stop strings, callbacks) stays in order on this thread. */
@@ -342,7 +367,9 @@ static void decode_step(struct af_engine *e, const struct plan *pl)
             if (r == 0)
                 take_sampled(e, g, ids[j], lps[j]);
             else
-                sample_next(e, g, e->step_logits + (size_t)(pl->first[j] + r) * (size_t)V);
+                sample_next(e, g,
+                            e->step_logits +
+                                (size_t)(pl->first[j] + r - pl->logits_from) * (size_t)V);
             if (g->st == RQ_DONE || r == n_draft || g->pending != pl->toks[pl->first[j] + r + 1])
                 break;
         }
@@ -352,6 +379,10 @@ static void decode_step(struct af_engine *e, const struct plan *pl)
         g->r->n_drafted += (size_t)n_draft;
         g->r->n_draft_kept += (size_t)r;
     }
+    if (pre && rc)
+        fail_req(pre, rc, err);
+    else if (pre)
+        prefill_done(e, pre, pl->n_pre, pre_ends ? e->step_logits : NULL);
 }
 
 /* ---- the driver ------------------------------------------------------------------------ */
@@ -529,6 +560,26 @@ static void plan_step(struct af_engine *e, struct plan *pl)
     pl->first[k] = rows;
     if (pl->pre && pl->pre->st != RQ_PREFILL)
         pl->pre = NULL;
+    /* The chunk rides in front of the decode rows, in the rows they and their drafts leave; if
+     * that is only a sliver of it, it runs alone instead, whole, so that the prompt still
+     * advances a chunk a step. */
+    pl->n_pre = 0;
+    if (pl->pre && pl->n > 0 && !e->prefill_alone) {
+        const int64_t c = chunk_of(e, pl->pre),
+                      np = c < FWD_MAX_ROWS - rows ? c : FWD_MAX_ROWS - rows;
+        if (np == c || np >= FUSE_MIN_ROWS) {
+            memmove(pl->seqs + np, pl->seqs, (size_t)rows * sizeof *pl->seqs);
+            memmove(pl->toks + np, pl->toks, (size_t)rows * sizeof *pl->toks);
+            for (int64_t j = 0; j <= k; j++)
+                pl->first[j] += np;
+            for (int64_t i = 0; i < np; i++) {
+                pl->seqs[i] = pl->pre->seq;
+                pl->toks[i] = pl->pre->feed[pl->pre->fed + i];
+            }
+            pl->rows += np;
+            pl->n_pre = np;
+        }
+    }
 }
 
 void engine_kv_snapshot(struct af_engine *e)
@@ -575,11 +626,13 @@ static void drive(struct af_engine *e, struct gen_req *me)
         admit(e);
         plan_step(e, pl);
         pthread_mutex_unlock(&e->mu);
-        if (pl->pre)
+        if (pl->pre && !pl->n_pre)
             prefill_chunk(e, pl->pre);
         if (pl->n)
             decode_step(e, pl);
         pthread_mutex_lock(&e->mu);
+        e->n_fused += pl->n_pre > 0;
+        e->n_alone += pl->pre && !pl->n_pre;
         if (pl->n) {
             e->n_steps++;
             e->n_rows += pl->n;
