@@ -475,8 +475,8 @@ static void batched_equals_alone(const char *path, int kv_f16)
     const json_int_t widest =
         json_integer_value(json_object_get(json_object_get(j, "batching"), "widest_step"));
     /* later prompts' chunks rode in the earlier requests' decode steps */
-    const json_int_t fused = json_integer_value(
-        json_object_get(json_object_get(j, "batching"), "prefill_chunks_fused"));
+    const json_int_t fused =
+        json_integer_value(json_object_get(json_object_get(j, "batching"), "prefill_chunks_fused"));
     json_decref(j);
     assert_true(widest > 1);
     assert_true(fused > 0);
