@@ -493,6 +493,90 @@ static void test_concurrent_batching(void **state)
     batched_equals_alone(tiny_path, 0);
 }
 
+static json_int_t batching_field(struct af_engine *e, const char *key)
+{
+    char *info = af_engine_info_json(e);
+    json_t *j = json_loads(info, 0, NULL);
+    free(info);
+    const json_int_t v = json_integer_value(json_object_get(json_object_get(j, "batching"), key));
+    json_decref(j);
+    return v;
+}
+
+struct hold_a {
+    struct af_engine *e;
+    _Atomic int n;  /* A's tokens */
+    _Atomic int go; /* B may start */
+};
+
+/* A's tokens: at its second, the driver (this thread) waits until B has queued, so that B's
+ * prompt is planned while A still decodes, however the threads are scheduled. */
+static int hold_for_b(void *user, int32_t id, const char *piece, size_t len)
+{
+    (void)id;
+    (void)piece;
+    (void)len;
+    struct hold_a *h = user;
+    if (atomic_fetch_add(&h->n, 1) + 1 == 2) {
+        atomic_store(&h->go, 1);
+        for (double t0 = af_clock_ms();
+             batching_field(h->e, "requests") < 2 && af_clock_ms() - t0 < 60000;)
+            af_clock_sleep_ms(1);
+    }
+    return 0;
+}
+
+/* A 300-token prompt arriving while another request decodes rides in its decode steps: its
+ * first chunk (256 tokens) shrinks to the 255 rows the decode leaves, the rest (45) goes in the
+ * next step, and both requests keep the bits they have alone. */
+static void test_long_prompt_rides_decode(void **state)
+{
+    (void)state;
+    char err[1024];
+    struct af_engine_params ep = invariant_params(); /* prefill_chunk: the default 256 */
+    struct af_engine *e = NULL;
+    assert_int_equal(af_engine_load(tiny_path, &ep, &e, err, sizeof err), 0);
+    struct gen_job a, b;
+    memset(&a, 0, sizeof a);
+    memset(&b, 0, sizeof b);
+    a.e = b.e = e;
+    ids_of(e, "<|im_start|>user\nCount to ten.<|im_end|>\n", &a.ids, &a.n);
+    a.gp = af_engine_default_gen_params();
+    a.gp.max_tokens = 64;
+    a.gp.ignore_eos = 1;
+    struct hold_a h = {.e = e};
+    a.gp.on_token = hold_for_b;
+    a.gp.user = &h;
+    b.n = 300;
+    b.ids = malloc(b.n * sizeof *b.ids);
+    for (size_t i = 0; i < b.n; i++)
+        b.ids[i] = (int32_t)(1 + (i * 37) % 200);
+    b.gp = af_engine_default_gen_params();
+    b.gp.max_tokens = 8;
+    b.gp.ignore_eos = 1;
+    b.gp.temperature = 0.7f;
+    b.gp.seed = 5;
+    pthread_t ta, tb;
+    assert_int_equal(pthread_create(&ta, NULL, gen_thread, &a), 0);
+    for (double t0 = af_clock_ms(); !atomic_load(&h.go) && af_clock_ms() - t0 < 60000;)
+        af_clock_sleep_ms(1);
+    assert_true(atomic_load(&h.go));
+    assert_int_equal(pthread_create(&tb, NULL, gen_thread, &b), 0);
+    pthread_join(tb, NULL);
+    pthread_join(ta, NULL);
+    assert_int_equal(a.rc, 0);
+    assert_int_equal(b.rc, 0);
+    assert_int_equal(b.r.n_ids, 8);
+    /* A was still decoding when B's chunks ran: both went into its steps */
+    assert_int_equal(atomic_load(&h.n), 64);
+    assert_int_equal(batching_field(e, "prefill_chunks_fused"), 2);
+    assert_int_equal(batching_field(e, "prefill_chunks_alone"), 1); /* A's own prompt */
+    a.gp.on_token = NULL;
+    check_alone(&ep, &a);
+    check_alone(&ep, &b);
+    af_engine_free(e);
+}
+
 /* An F16 KV cache (kv_f16): batched equals alone as with F32; its blocks take half the bytes;
  * and its logits are close to the F32 cache's but not the same (each key and value is rounded
  * once), over a 300-token prompt. */
@@ -1644,6 +1728,7 @@ int main(void)
         cmocka_unit_test(test_prefix_cache),
         cmocka_unit_test(test_batch_invariant),
         cmocka_unit_test(test_concurrent_batching),
+        cmocka_unit_test(test_long_prompt_rides_decode),
         cmocka_unit_test(test_kv_f16),
         cmocka_unit_test(test_concurrent_batching_q4_k_m),
         cmocka_unit_test(test_cancel_in_batch),

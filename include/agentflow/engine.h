@@ -68,9 +68,10 @@ void af_engine_free(struct af_engine *e);
 
 /* A JSON text describing the model (architecture, shapes, types, vocabulary, template), the
  * adapter ("lora": {dir, rank, alpha, scale, targets} or null), the scheduler's counters
- * ("batching") and the KV cache as of the last step ("kv_cache": block_tokens, block_bytes,
- * blocks_total, blocks_used by running generations, blocks_cached that none holds,
- * hit_tokens reused over all requests, evicted_blocks); malloc'd, caller frees. */
+ * ("batching", with "requests": the generations queued or running now) and the KV cache as of the
+ * last step ("kv_cache": block_tokens, block_bytes, blocks_total, blocks_used by running
+ * generations, blocks_cached that none holds, hit_tokens reused over all requests, evicted_blocks);
+ * malloc'd, caller frees. */
 char *af_engine_info_json(struct af_engine *e);
 int64_t af_engine_n_vocab(const struct af_engine *e);
 const char *af_engine_model_path(const struct af_engine *e);

@@ -370,6 +370,8 @@ char *af_engine_info_json(struct af_engine *e)
                         json_integer((json_int_t)e->n_fused));
     json_object_set_new(json_object_get(j, "batching"), "prefill_chunks_alone",
                         json_integer((json_int_t)e->n_alone));
+    json_object_set_new(json_object_get(j, "batching"), "requests",
+                        json_integer((json_int_t)engine_queue_len(e)));
     const struct kv_snap *ks = &e->kv_snap;
     json_object_set_new(j, "kv_cache",
                         json_pack("{s:i,s:s,s:I,s:I,s:I,s:I,s:I,s:I}", "block_tokens", KV_BLOCK,

@@ -58,6 +58,9 @@ struct af_engine {
 /* Copies the pool's counters into e->kv_snap; mu held, by the busy thread. */
 void engine_kv_snapshot(struct af_engine *e);
 
+/* Generations queued, running or finishing (not yet handed back); mu held. */
+int64_t engine_queue_len(const struct af_engine *e);
+
 /* Waits until no thread is busy (and, with drain, no generation is queued or running), then
  * makes the caller the busy one. */
 void engine_exclusive_begin(struct af_engine *e, int drain);

@@ -582,6 +582,14 @@ static void plan_step(struct af_engine *e, struct plan *pl)
     }
 }
 
+int64_t engine_queue_len(const struct af_engine *e)
+{
+    int64_t n = 0;
+    for (const struct gen_req *q = e->queue; q; q = q->next)
+        n++;
+    return n;
+}
+
 void engine_kv_snapshot(struct af_engine *e)
 {
     const struct radix_stats st = radix_stats(e->tree);
