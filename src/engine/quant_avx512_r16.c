@@ -324,8 +324,18 @@ AF_TARGET_AVX512 static AF_INLINE void r_prefetch(const uint8_t *next, size_t li
                                                   int64_t b)
 {
     const size_t l0 = per * (size_t)b, l1 = l0 + per < lines ? l0 + per : lines;
-    for (size_t l = l0; l < l1; l++)
-        _mm_prefetch((const char *)next + 64 * l, _MM_HINT_T1);
+    const char *p = (const char *)next + 64 * l0;
+    size_t n = l1 > l0 ? l1 - l0 : 0;
+    /* Four a round: a loop of one took a counter, a compare and a branch a prefetch, and a
+     * block of 16 Q8_0 rows prefetches 9 lines (A/B, -m 8: Q8_0 3-9% faster, Q5_0 0-5%). */
+    for (; n >= 4; n -= 4, p += 256) {
+        _mm_prefetch(p, _MM_HINT_T1);
+        _mm_prefetch(p + 64, _MM_HINT_T1);
+        _mm_prefetch(p + 128, _MM_HINT_T1);
+        _mm_prefetch(p + 192, _MM_HINT_T1);
+    }
+    for (; n; n--, p += 64)
+        _mm_prefetch(p, _MM_HINT_T1);
 }
 
 /* nc (<= R_C) tokens against 16 rows over blocks [b0, b0 + kc), transposing as it goes; the
