@@ -1518,6 +1518,26 @@ static void test_exp_kernels(void **state)
                                  (double)x[i], (double)sub, (double)div, (double)y[i],
                                  (double)want[i]);
                 assert_true(y[n] == -5.0f);
+                /* exp_sum: the same exps, and their sum in its stated order */
+                double part[16] = {0};
+                for (int64_t i = 0; i < n; i++)
+                    part[i % 16] += (double)want[i];
+                double q8[8];
+                for (int j = 0; j < 8; j++)
+                    q8[j] = part[j] + part[j + 8];
+                const double sum_want =
+                    ((q8[0] + q8[1]) + (q8[2] + q8[3])) + ((q8[4] + q8[5]) + (q8[6] + q8[7]));
+                y[n] = -5.0f;
+                const double sum = quant_exp_sum_kernel()(n, x, sub, div, y);
+                for (int64_t i = 0; i < n; i++)
+                    if (memcmp(&y[i], &want[i], sizeof y[i]) && !(isnan(y[i]) && isnan(want[i])))
+                        fail_msg("%s exp_sum's exp((%a - %g) / %g): %a, quant_expf %a", isas[ii],
+                                 (double)x[i], (double)sub, (double)div, (double)y[i],
+                                 (double)want[i]);
+                if (memcmp(&sum, &sum_want, sizeof sum) && !(isnan(sum) && isnan(sum_want)))
+                    fail_msg("%s exp_sum of %lld: %a, want %a", isas[ii], (long long)n, sum,
+                             sum_want);
+                assert_true(y[n] == -5.0f);
                 float gv[N + 1];
                 memcpy(gv, g, (size_t)n * sizeof *g);
                 gv[n] = -5.0f;

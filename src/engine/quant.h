@@ -146,6 +146,12 @@ float quant_expf(float x);
 /* y[i] = quant_expf((x[i] - sub) / div) for i < n (div 1: no division). y may be x. */
 typedef void (*quant_exp_fn)(int64_t n, const float *x, float sub, float div, float *y);
 quant_exp_fn quant_exp_kernel(void);
+/* The same y, and returns the sum of y[0..n) in double: y[i] goes to partial sum i % 16, in
+ * order of i, and the partials add up as ((q0 + q1) + (q2 + q3)) + ((q4 + q5) + (q6 + q7)) with
+ * q[j] = p[j] + p[j + 8]. The same bits on every ISA; the sampler's softmax sum, in the pass
+ * that writes the exps (one chain of adds over 150k logits was a fifth of a draw). */
+typedef double (*quant_exp_sum_fn)(int64_t n, const float *x, float sub, float div, float *y);
+quant_exp_sum_fn quant_exp_sum_kernel(void);
 /* g[i] = g[i] / (1 + quant_expf(-g[i])) * up[i]: SwiGLU's SiLU gate times the up projection. */
 typedef void (*quant_silu_mul_fn)(int64_t n, float *g, const float *up);
 quant_silu_mul_fn quant_silu_mul_kernel(void);

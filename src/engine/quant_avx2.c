@@ -319,6 +319,7 @@ const struct quant_kernels quant_kernels_avx2 = {
     .axpy_rows = axpy_rows_avx2,
     .axpy_rows_f16 = axpy_rows_f16_avx2,
     .exp = quant_exp_avx2,
+    .exp_sum = quant_exp_sum_avx2,
     .silu_mul = quant_silu_mul_avx2,
     .scale_max = quant_scale_max_avx2,
     .scale = quant_scale_avx2,

@@ -220,6 +220,7 @@ const struct quant_kernels quant_kernels_avx512 = {
     .axpy_rows = axpy_rows_avx512,
     .axpy_rows_f16 = axpy_rows_f16_avx512,
     .exp = quant_exp_avx512,
+    .exp_sum = quant_exp_sum_avx512,
     .silu_mul = quant_silu_mul_avx512,
     .scale_max = quant_scale_max_avx512,
     .scale = quant_scale_avx512,

@@ -42,6 +42,8 @@ static void merge(const struct quant_kernels *const *layers, int n)
             k.scores_f16 = layers[i]->scores_f16;
         if (layers[i]->exp)
             k.exp = layers[i]->exp;
+        if (layers[i]->exp_sum)
+            k.exp_sum = layers[i]->exp_sum;
         if (layers[i]->silu_mul)
             k.silu_mul = layers[i]->silu_mul;
         if (layers[i]->scale_max)
@@ -160,6 +162,11 @@ quant_scores_f16_fn quant_scores_f16_kernel(void)
 quant_exp_fn quant_exp_kernel(void)
 {
     return kernels()->exp;
+}
+
+quant_exp_sum_fn quant_exp_sum_kernel(void)
+{
+    return kernels()->exp_sum;
 }
 
 quant_silu_mul_fn quant_silu_mul_kernel(void)

@@ -130,6 +130,7 @@ struct quant_kernels {
     quant_axpy_rows_f16_fn axpy_rows_f16;
     quant_scores_f16_fn scores_f16;
     quant_exp_fn exp;
+    quant_exp_sum_fn exp_sum;
     quant_silu_mul_fn silu_mul;
     quant_scale_max_fn scale_max;
     quant_scale_fn scale;
@@ -284,6 +285,9 @@ void quant_avx512_matmul_q6_k(const void *W, size_t wbytes, int64_t k, const voi
 void quant_exp_ref(int64_t n, const float *x, float sub, float div, float *y);
 void quant_exp_avx2(int64_t n, const float *x, float sub, float div, float *y);
 void quant_exp_avx512(int64_t n, const float *x, float sub, float div, float *y);
+double quant_exp_sum_ref(int64_t n, const float *x, float sub, float div, float *y);
+double quant_exp_sum_avx2(int64_t n, const float *x, float sub, float div, float *y);
+double quant_exp_sum_avx512(int64_t n, const float *x, float sub, float div, float *y);
 void quant_silu_mul_ref(int64_t n, float *g, const float *up);
 void quant_silu_mul_avx2(int64_t n, float *g, const float *up);
 void quant_silu_mul_avx512(int64_t n, float *g, const float *up);

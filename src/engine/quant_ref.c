@@ -968,6 +968,7 @@ const struct quant_kernels quant_kernels_ref = {
     .axpy_rows = axpy_rows_ref,
     .axpy_rows_f16 = axpy_rows_f16_ref,
     .exp = quant_exp_ref,
+    .exp_sum = quant_exp_sum_ref,
     .silu_mul = quant_silu_mul_ref,
     .scale_max = quant_scale_max_ref,
     .scale = quant_scale_ref,

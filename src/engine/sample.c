@@ -1,7 +1,9 @@
 /*
  * sample.c - token sampling (see sample.h). Top-p and top-k avoid sorting the whole
  * vocabulary: the best candidates are selected first (quickselect) and only they are sorted;
- * the full sort is the fallback when they do not reach the top-p mass.
+ * the full sort is the fallback when they do not reach the top-p mass. Without a filter (the
+ * trainer's rollouts) the draw scans the sums of blocks of exps, then one block, not the whole
+ * vocabulary.
  */
 #include "engine/sample.h"
 
@@ -13,6 +15,7 @@
 #include "engine/quant.h"
 
 #define SELECT_FIRST 1024
+#define SUM_BLOCK 1024 /* exps whose sum the draw scans as one */
 
 struct cand {
     int32_t id;
@@ -24,7 +27,8 @@ struct sampler {
     int64_t n_vocab;
     int32_t *counts; /* occurrences of each token so far */
     struct cand *cands;
-    float *e; /* exp((logit - best) / t) of every token */
+    float *e;     /* exp((logit - best) / t) of every token */
+    double *bsum; /* the sums of e by blocks of SUM_BLOCK */
     struct rng rng;
 };
 
@@ -80,6 +84,7 @@ struct sampler *sampler_new(const struct sampler_params *p, int64_t n_vocab)
     s->counts = af_xcalloc((size_t)n_vocab, sizeof *s->counts);
     s->cands = af_xmalloc((size_t)n_vocab * sizeof *s->cands);
     s->e = af_xmalloc((size_t)n_vocab * sizeof *s->e);
+    s->bsum = af_xmalloc((size_t)((n_vocab + SUM_BLOCK - 1) / SUM_BLOCK + 1) * sizeof *s->bsum);
     rng_seed(&s->rng, p->seed);
     return s;
 }
@@ -91,6 +96,7 @@ void sampler_free(struct sampler *s)
     free(s->counts);
     free(s->cands);
     free(s->e);
+    free(s->bsum);
     free(s);
 }
 
@@ -189,29 +195,43 @@ static int64_t first_equal(const float *x, int64_t n, float v)
     return n - 1;
 }
 
-/* The sum of e[0..n) in double: eight partial sums, element i into sum i % 8 in order, then
- * added pairwise. Kept in registers: one chain of 150k dependent adds per token cost about
- * 1 ms a decode step at eight sequences, and the sums kept in an array (indexed by the tail)
- * went through memory, half of a greedy draw. */
-static double sum8(const float *e, int64_t n)
+/* The exps of the logits less the best, over t, into s->e, with their block sums; returns the
+ * total, the blocks' sums added in order. One pass: a separate chain of adds over 150k exps
+ * was a fifth of a greedy draw. */
+static double exps(struct sampler *s, const float *logits, float best, float t)
 {
-    double p0 = 0, p1 = 0, p2 = 0, p3 = 0, p4 = 0, p5 = 0, p6 = 0, p7 = 0;
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        p0 += (double)e[i];
-        p1 += (double)e[i + 1];
-        p2 += (double)e[i + 2];
-        p3 += (double)e[i + 3];
-        p4 += (double)e[i + 4];
-        p5 += (double)e[i + 5];
-        p6 += (double)e[i + 6];
-        p7 += (double)e[i + 7];
+    const quant_exp_sum_fn exp_sum = quant_exp_sum_kernel();
+    double total = 0;
+    for (int64_t o = 0, j = 0; o < s->n_vocab; o += SUM_BLOCK, j++) {
+        const int64_t len = s->n_vocab - o < SUM_BLOCK ? s->n_vocab - o : SUM_BLOCK;
+        s->bsum[j] = exp_sum(len, logits + o, best, t, s->e + o);
+        total += s->bsum[j];
     }
-    double part[8] = {p0, p1, p2, p3, p4, p5, p6, p7};
-    for (; i < n; i++)
-        part[i % 8] += (double)e[i];
-    return ((part[0] + part[1]) + (part[2] + part[3])) +
-           ((part[4] + part[5]) + (part[6] + part[7]));
+    return total;
+}
+
+/* The first token whose running sum of exps passes u = uniform x total, without a filter: the
+ * blocks' running sum finds the block (the same adds as the total, so u, below the total, is
+ * passed by the last block at the latest), then that block's exps one by one. Where rounding
+ * leaves u past the block's own running sum, its last token of nonzero weight. */
+static int32_t draw_unfiltered(struct sampler *s, double total, int64_t best)
+{
+    const double u = rng_uniform(&s->rng) * total;
+    const int64_t nblk = (s->n_vocab + SUM_BLOCK - 1) / SUM_BLOCK;
+    double run = 0;
+    int64_t j = 0;
+    for (; j < nblk - 1 && !(u < run + s->bsum[j]); j++)
+        run += s->bsum[j];
+    const int64_t o = j * SUM_BLOCK, end = o + SUM_BLOCK < s->n_vocab ? o + SUM_BLOCK : s->n_vocab;
+    int64_t last = best;
+    for (int64_t i = o; i < end; i++) {
+        if (s->e[i] > 0)
+            last = i;
+        run += (double)s->e[i];
+        if (u < run)
+            return (int32_t)i;
+    }
+    return (int32_t)last;
 }
 
 int32_t sampler_sample(struct sampler *s, float *logits, float *logprob)
@@ -226,10 +246,12 @@ int32_t sampler_sample(struct sampler *s, float *logits, float *logprob)
     /* The first index of the largest logit (the logits are finite: the engine checks them). */
     const float top = quant_scale_max_kernel()(n, logits, 1.0f);
     const int64_t best = first_equal(logits, n, top);
-    quant_exp_kernel()(n, logits, logits[best], t, s->e);
-    const double sum = sum8(s->e, n);
+    const double sum = exps(s, logits, logits[best], t);
     int32_t pick = (int32_t)best;
-    if (p->temperature > 0) {
+    const int filtered = (p->top_k > 0 && p->top_k < n) || p->top_p < 1.0f || p->min_p > 0;
+    if (p->temperature > 0 && !filtered) {
+        pick = draw_unfiltered(s, sum, best);
+    } else if (p->temperature > 0) {
         for (int64_t k = 0; k < n; k++) {
             s->cands[k].id = (int32_t)k;
             s->cands[k].p = s->e[k];

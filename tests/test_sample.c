@@ -1,0 +1,191 @@
+/*
+ * test_sample.c - the sampler (src/engine/sample.c) against the softmax computed in double:
+ * greedy picks the first largest logit and reports its log-probability; an unfiltered draw
+ * (the trainer's rollouts: the blocks' sums, then one block) gives each token its softmax
+ * frequency, over several blocks and a partial last one, at temperature 1 and 0.5; top-k keeps
+ * only the k best, in proportion; and the same seed draws the same tokens.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/quant.h"
+#include "engine/sample.h"
+
+#define V 3000 /* three blocks of exps and a partial fourth */
+
+/* Logits in [-4, 4) from a fixed stream, a few of them high. */
+static void make_logits(float *l)
+{
+    struct rng r;
+    rng_seed(&r, 42);
+    for (int i = 0; i < V; i++)
+        l[i] = (float)(rng_uniform(&r) * 8.0 - 4.0);
+    l[17] = 5.0f;
+    l[1023] = 5.5f; /* the last of the first block */
+    l[1024] = 4.5f; /* the first of the second */
+    l[2999] = 6.0f; /* the last token */
+}
+
+/* softmax(l / t) in double. */
+static void softmax(const float *l, double t, double *p)
+{
+    double mx = -INFINITY, s = 0;
+    for (int i = 0; i < V; i++)
+        mx = (double)l[i] > mx ? (double)l[i] : mx;
+    for (int i = 0; i < V; i++)
+        s += p[i] = exp(((double)l[i] - mx) / t);
+    for (int i = 0; i < V; i++)
+        p[i] /= s;
+}
+
+/* Draws n tokens; counts them, and checks each log-probability against p. */
+static void draw(const struct sampler_params *sp, const float *l, const double *p, int n,
+                 int *count)
+{
+    struct sampler *s = sampler_new(sp, V);
+    float *w = malloc(V * sizeof *w);
+    memset(count, 0, V * sizeof *count);
+    for (int k = 0; k < n; k++) {
+        memcpy(w, l, V * sizeof *w);
+        float lp;
+        const int32_t id = sampler_sample(s, w, &lp);
+        assert_true(id >= 0 && id < V);
+        count[id]++;
+        if (fabs((double)lp - log(p[id])) > 1e-5)
+            fail_msg("token %d: log-prob %.9f, softmax %.9f", id, (double)lp, log(p[id]));
+    }
+    free(w);
+    sampler_free(s);
+}
+
+/* Every token's count within 5 standard deviations of n p, and Pearson's chi-square over the
+ * tokens (those expected fewer than 5 times pooled) within 6 of its standard deviations of the
+ * degrees of freedom: a draw that favours some tokens by a few percent fails it. */
+static void check_frequencies(const int *count, const double *p, int n)
+{
+    double chi2 = 0, pool_want = 0, pool_got = 0;
+    int cells = 0;
+    for (int i = 0; i < V; i++) {
+        const double want = n * p[i], sd = sqrt(want * (1 - p[i])) + 1;
+        if (fabs(count[i] - want) > 5 * sd)
+            fail_msg("token %d: drawn %d times, expected %.1f", i, count[i], want);
+        if (want < 5) {
+            pool_want += want;
+            pool_got += count[i];
+            continue;
+        }
+        chi2 += (count[i] - want) * (count[i] - want) / want;
+        cells++;
+    }
+    if (pool_want > 0) {
+        chi2 += (pool_got - pool_want) * (pool_got - pool_want) / pool_want;
+        cells++;
+    }
+    const double df = cells - 1;
+    if (chi2 > df + 6 * sqrt(2 * df))
+        fail_msg("chi-square %.1f over %d cells", chi2, cells);
+}
+
+static void test_greedy(void **state)
+{
+    (void)state;
+    float l[V];
+    double p[V];
+    make_logits(l);
+    l[2500] = 6.0f; /* ties with 2999: the first wins */
+    softmax(l, 1.0, p);
+    struct sampler_params sp = sampler_default_params();
+    int count[V];
+    draw(&sp, l, p, 5, count);
+    assert_int_equal(count[2500], 5);
+}
+
+static void test_unfiltered_frequencies(void **state)
+{
+    (void)state;
+    float l[V];
+    double p[V];
+    int count[V];
+    make_logits(l);
+    const double temps[] = {1.0, 0.5};
+    for (int ti = 0; ti < 2; ti++) {
+        softmax(l, temps[ti], p);
+        struct sampler_params sp = sampler_default_params();
+        sp.temperature = (float)temps[ti];
+        sp.seed = 7 + (uint64_t)ti;
+        draw(&sp, l, p, 200000, count);
+        check_frequencies(count, p, 200000);
+        /* the block edges and the last token are drawn too */
+        assert_true(count[1023] > 0 && count[1024] > 0 && count[2999] > 0);
+    }
+}
+
+static void test_top_k(void **state)
+{
+    (void)state;
+    float l[V];
+    double p[V], q[V];
+    int count[V];
+    make_logits(l);
+    softmax(l, 1.0, p);
+    struct sampler_params sp = sampler_default_params();
+    sp.temperature = 1.0f;
+    sp.top_k = 3;
+    sp.seed = 3;
+    /* the three best: 2999, 1023, 17; their softmax renormalised */
+    const int best[3] = {2999, 1023, 17};
+    double mass = 0;
+    for (int i = 0; i < 3; i++)
+        mass += p[best[i]];
+    for (int i = 0; i < V; i++)
+        q[i] = 0;
+    for (int i = 0; i < 3; i++)
+        q[best[i]] = p[best[i]] / mass;
+    struct sampler *s = sampler_new(&sp, V);
+    float w[V];
+    memset(count, 0, sizeof count);
+    for (int k = 0; k < 30000; k++) {
+        memcpy(w, l, sizeof w);
+        count[sampler_sample(s, w, NULL)]++;
+    }
+    sampler_free(s);
+    check_frequencies(count, q, 30000);
+}
+
+static void test_same_seed_same_tokens(void **state)
+{
+    (void)state;
+    float l[V], w[V];
+    make_logits(l);
+    struct sampler_params sp = sampler_default_params();
+    sp.temperature = 1.0f;
+    sp.seed = 99;
+    struct sampler *a = sampler_new(&sp, V), *b = sampler_new(&sp, V);
+    for (int k = 0; k < 1000; k++) {
+        memcpy(w, l, sizeof w);
+        const int32_t x = sampler_sample(a, w, NULL);
+        memcpy(w, l, sizeof w);
+        assert_int_equal(sampler_sample(b, w, NULL), x);
+    }
+    sampler_free(a);
+    sampler_free(b);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_greedy),
+        cmocka_unit_test(test_unfiltered_frequencies),
+        cmocka_unit_test(test_top_k),
+        cmocka_unit_test(test_same_seed_same_tokens),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
