@@ -2,8 +2,10 @@
  * test_sample.c - the sampler (src/engine/sample.c) against the softmax computed in double:
  * greedy picks the first largest logit and reports its log-probability; an unfiltered draw
  * (the trainer's rollouts: the blocks' sums, then one block) gives each token its softmax
- * frequency, over several blocks and a partial last one, at temperature 1 and 0.5; top-k keeps
- * only the k best, in proportion; and the same seed draws the same tokens.
+ * frequency, over several blocks and a partial last one, at temperature 1 and 0.5; top-k, top-p
+ * and min-p keep the set that a sort of the whole vocabulary keeps, each token in proportion,
+ * where a few tokens hold the mass and where it is spread over all; and the same seed draws
+ * the same tokens.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -89,8 +91,8 @@ static void check_frequencies(const int *count, const double *p, int n)
         chi2 += (pool_got - pool_want) * (pool_got - pool_want) / pool_want;
         cells++;
     }
-    const double df = cells - 1;
-    if (chi2 > df + 6 * sqrt(2 * df))
+    const double df = cells - 1; /* one cell: every draw the same token, checked above */
+    if (cells > 1 && chi2 > df + 6 * sqrt(2 * df))
         fail_msg("chi-square %.1f over %d cells", chi2, cells);
 }
 
@@ -128,36 +130,94 @@ static void test_unfiltered_frequencies(void **state)
     }
 }
 
-static void test_top_k(void **state)
+/* The filters' set by a sort of the whole vocabulary (rank: p down, then id up): the first k,
+ * then the shortest prefix with top_p of the mass, then p >= min_p x the best's; q: p over it. */
+static const double *g_p;
+
+static int by_rank(const void *a, const void *b)
 {
-    (void)state;
-    float l[V];
-    double p[V], q[V];
-    int count[V];
-    make_logits(l);
-    softmax(l, 1.0, p);
-    struct sampler_params sp = sampler_default_params();
-    sp.temperature = 1.0f;
-    sp.top_k = 3;
-    sp.seed = 3;
-    /* the three best: 2999, 1023, 17; their softmax renormalised */
-    const int best[3] = {2999, 1023, 17};
+    const int x = *(const int *)a, y = *(const int *)b;
+    if (g_p[x] != g_p[y])
+        return g_p[x] > g_p[y] ? -1 : 1;
+    return x - y;
+}
+
+static void filtered(const double *p, int top_k, double top_p, double min_p, double *q)
+{
+    int order[V];
+    for (int i = 0; i < V; i++)
+        order[i] = i;
+    g_p = p;
+    qsort(order, V, sizeof *order, by_rank);
+    int m = top_k > 0 && top_k < V ? top_k : V;
+    if (top_p < 1) {
+        double cum = 0;
+        for (int i = 0; i < m; i++) {
+            cum += p[order[i]];
+            if (cum >= top_p) {
+                m = i + 1;
+                break;
+            }
+        }
+    }
+    int kept = 1;
+    while (kept < m && p[order[kept]] >= min_p * p[order[0]])
+        kept++;
     double mass = 0;
-    for (int i = 0; i < 3; i++)
-        mass += p[best[i]];
+    for (int i = 0; i < kept; i++)
+        mass += p[order[i]];
     for (int i = 0; i < V; i++)
         q[i] = 0;
-    for (int i = 0; i < 3; i++)
-        q[best[i]] = p[best[i]] / mass;
-    struct sampler *s = sampler_new(&sp, V);
-    float w[V];
-    memset(count, 0, sizeof count);
-    for (int k = 0; k < 30000; k++) {
-        memcpy(w, l, sizeof w);
-        count[sampler_sample(s, w, NULL)]++;
+    for (int i = 0; i < kept; i++)
+        q[order[i]] = p[order[i]] / mass;
+}
+
+static void test_filters(void **state)
+{
+    (void)state;
+    float l[V], w[V];
+    double p[V], q[V];
+    int count[V];
+    const struct {
+        float t, top_p, min_p;
+        int top_k, spread;
+    } cases[] = {
+        {1.0f, 1.0f, 0.0f, 3, 0},   {1.0f, 0.9f, 0.0f, 0, 0},  {0.5f, 0.5f, 0.0f, 0, 0},
+        {1.0f, 1.0f, 0.05f, 0, 0},  {1.0f, 0.8f, 0.0f, 50, 0}, {1.0f, 0.99f, 0.0f, 0, 1},
+        {1.0f, 0.95f, 0.01f, 0, 1}, {0.7f, 0.9f, 0.0f, 0, 2},  {1.0f, 0.5f, 0.0f, 0, 3},
+    };
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        make_logits(l);
+        if (cases[ci].spread == 1) /* flat: every token within a few nats */
+            for (int i = 0; i < V; i++)
+                l[i] *= 0.1f;
+        if (cases[ci].spread == 2) /* one token far ahead, a few behind, the rest far below */
+            for (int i = 0; i < V; i++)
+                l[i] = i == 2222 ? 30.0f : i % 500 == 7 ? 24.0f : l[i];
+        if (cases[ci].spread == 3) /* 21 equal best: the nucleus takes the lower ids */
+            for (int i = 0; i < V; i++)
+                l[i] = i % 149 == 3 ? 9.0f : l[i];
+        softmax(l, cases[ci].t, p);
+        filtered(p, cases[ci].top_k, cases[ci].top_p, cases[ci].min_p, q);
+        struct sampler_params sp = sampler_default_params();
+        sp.temperature = cases[ci].t;
+        sp.top_k = cases[ci].top_k;
+        sp.top_p = cases[ci].top_p;
+        sp.min_p = cases[ci].min_p;
+        sp.seed = 3 + ci;
+        struct sampler *s = sampler_new(&sp, V);
+        memset(count, 0, sizeof count);
+        const int n = cases[ci].spread == 1 ? 8000 : 40000; /* flat: each draw sorts */
+        for (int k = 0; k < n; k++) {
+            memcpy(w, l, sizeof w);
+            const int32_t id = sampler_sample(s, w, NULL);
+            if (q[id] == 0)
+                fail_msg("case %zu: token %d drawn, outside the filters' set", ci, id);
+            count[id]++;
+        }
+        sampler_free(s);
+        check_frequencies(count, q, n);
     }
-    sampler_free(s);
-    check_frequencies(count, q, 30000);
 }
 
 static void test_same_seed_same_tokens(void **state)
@@ -184,7 +244,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_greedy),
         cmocka_unit_test(test_unfiltered_frequencies),
-        cmocka_unit_test(test_top_k),
+        cmocka_unit_test(test_filters),
         cmocka_unit_test(test_same_seed_same_tokens),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
