@@ -5,7 +5,7 @@
  * frequency, over several blocks and a partial last one, at temperature 1 and 0.5; top-k, top-p
  * and min-p keep the set that a sort of the whole vocabulary keeps, each token in proportion,
  * where a few tokens hold the mass and where it is spread over all; and the same seed draws
- * the same tokens.
+ * the same tokens; the penalties lower the logits of the tokens seen so far.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -220,6 +220,33 @@ static void test_filters(void **state)
     }
 }
 
+/* Frequency and presence penalties: subtracted from the logits of the tokens accepted so far
+ * (count x frequency + presence), before the softmax the log-probability comes from. */
+static void test_penalties(void **state)
+{
+    (void)state;
+    float l[V], w[V];
+    double p[V];
+    make_logits(l);
+    struct sampler_params sp = sampler_default_params();
+    sp.frequency_penalty = 0.6f;
+    sp.presence_penalty = 0.5f;
+    struct sampler *s = sampler_new(&sp, V);
+    sampler_accept(s, 2999);
+    sampler_accept(s, 1023);
+    sampler_accept(s, 2999);
+    /* 2999: 6 - 1.2 - 0.5 = 4.3; 1023: 5.5 - 0.6 - 0.5 = 4.4; so 17 (5.0) is the best */
+    memcpy(w, l, sizeof w);
+    float lp;
+    assert_int_equal(sampler_sample(s, w, &lp), 17);
+    l[2999] -= 2 * 0.6f + 0.5f;
+    l[1023] -= 0.6f + 0.5f;
+    assert_true(w[2999] == l[2999] && w[1023] == l[1023] && w[17] == l[17]);
+    softmax(l, 1.0, p);
+    assert_true(fabs((double)lp - log(p[17])) < 1e-5);
+    sampler_free(s);
+}
+
 static void test_same_seed_same_tokens(void **state)
 {
     (void)state;
@@ -245,6 +272,7 @@ int main(void)
         cmocka_unit_test(test_greedy),
         cmocka_unit_test(test_unfiltered_frequencies),
         cmocka_unit_test(test_filters),
+        cmocka_unit_test(test_penalties),
         cmocka_unit_test(test_same_seed_same_tokens),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

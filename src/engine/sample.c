@@ -26,6 +26,8 @@ struct sampler {
     struct sampler_params p;
     int64_t n_vocab;
     int32_t *counts; /* occurrences of each token so far */
+    int32_t *seen;   /* the tokens with a count, in order of their first */
+    int64_t n_seen;
     struct cand *cands;
     float *e;     /* exp((logit - best) / t) of every token */
     double *bsum; /* the sums of e by blocks of SUM_BLOCK */
@@ -83,6 +85,7 @@ struct sampler *sampler_new(const struct sampler_params *p, int64_t n_vocab)
     s->p = *p;
     s->n_vocab = n_vocab;
     s->counts = af_xcalloc((size_t)n_vocab, sizeof *s->counts);
+    s->seen = af_xmalloc((size_t)n_vocab * sizeof *s->seen);
     s->cands = af_xmalloc((size_t)n_vocab * sizeof *s->cands);
     s->e = af_xmalloc((size_t)n_vocab * sizeof *s->e);
     const size_t nblk = (size_t)((n_vocab + SUM_BLOCK - 1) / SUM_BLOCK + 1);
@@ -97,6 +100,7 @@ void sampler_free(struct sampler *s)
     if (!s)
         return;
     free(s->counts);
+    free(s->seen);
     free(s->cands);
     free(s->e);
     free(s->bsum);
@@ -107,7 +111,8 @@ void sampler_free(struct sampler *s)
 void sampler_accept(struct sampler *s, int32_t id)
 {
     if (id >= 0 && id < s->n_vocab)
-        s->counts[id]++;
+        if (s->counts[id]++ == 0)
+            s->seen[s->n_seen++] = id;
 }
 
 static int cand_desc(const void *a, const void *b)
@@ -279,9 +284,10 @@ int32_t sampler_sample(struct sampler *s, float *logits, float *logprob)
     const struct sampler_params *p = &s->p;
     const int64_t n = s->n_vocab;
     if (p->frequency_penalty != 0 || p->presence_penalty != 0)
-        for (int64_t i = 0; i < n; i++)
-            if (s->counts[i])
-                logits[i] -= (float)s->counts[i] * p->frequency_penalty + p->presence_penalty;
+        for (int64_t k = 0; k < s->n_seen; k++) { /* not a pass over the vocabulary */
+            const int32_t i = s->seen[k];
+            logits[i] -= (float)s->counts[i] * p->frequency_penalty + p->presence_penalty;
+        }
     const float t = p->temperature > 0 ? p->temperature : 1.0f;
     /* The first index of the largest logit (the logits are finite: the engine checks them),
      * from the blocks' largest: the first block that holds it is searched. */
