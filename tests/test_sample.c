@@ -21,7 +21,8 @@
 #include "engine/quant.h"
 #include "engine/sample.h"
 
-#define V 3000 /* three blocks of exps and a partial fourth */
+#define VMAX 20000
+static int V = 3000; /* three blocks of exps and a partial fourth; VMAX for the radix sort */
 
 /* Logits in [-4, 4) from a fixed stream, a few of them high. */
 static void make_logits(float *l)
@@ -99,13 +100,13 @@ static void check_frequencies(const int *count, const double *p, int n)
 static void test_greedy(void **state)
 {
     (void)state;
-    float l[V];
-    double p[V];
+    float l[VMAX];
+    double p[VMAX];
     make_logits(l);
     l[2500] = 6.0f; /* ties with 2999: the first wins */
     softmax(l, 1.0, p);
     struct sampler_params sp = sampler_default_params();
-    int count[V];
+    int count[VMAX];
     draw(&sp, l, p, 5, count);
     assert_int_equal(count[2500], 5);
 }
@@ -113,9 +114,9 @@ static void test_greedy(void **state)
 static void test_unfiltered_frequencies(void **state)
 {
     (void)state;
-    float l[V];
-    double p[V];
-    int count[V];
+    float l[VMAX];
+    double p[VMAX];
+    int count[VMAX];
     make_logits(l);
     const double temps[] = {1.0, 0.5};
     for (int ti = 0; ti < 2; ti++) {
@@ -144,7 +145,7 @@ static int by_rank(const void *a, const void *b)
 
 static void filtered(const double *p, int top_k, double top_p, double min_p, double *q)
 {
-    int order[V];
+    int order[VMAX];
     for (int i = 0; i < V; i++)
         order[i] = i;
     g_p = p;
@@ -175,9 +176,9 @@ static void filtered(const double *p, int top_k, double top_p, double min_p, dou
 static void test_filters(void **state)
 {
     (void)state;
-    float l[V], w[V];
-    double p[V], q[V];
-    int count[V];
+    float l[VMAX], w[VMAX];
+    double p[VMAX], q[VMAX];
+    int count[VMAX];
     const struct {
         float t, top_p, min_p;
         int top_k, spread;
@@ -220,13 +221,51 @@ static void test_filters(void **state)
     }
 }
 
+/* A flat softmax over a vocabulary of 20,000 with many equal logits: top-p keeps thousands,
+ * which the sampler sorts by radix (ties by id), the set of a full sort all the same. */
+static void test_filters_large_flat(void **state)
+{
+    (void)state;
+    V = VMAX;
+    static float l[VMAX], w[VMAX];
+    static double p[VMAX], q[VMAX];
+    static int count[VMAX];
+    struct rng r;
+    rng_seed(&r, 5);
+    for (int i = 0; i < V; i++) /* 64 levels: many tokens share each */
+        l[i] = (float)(rng_next(&r) % 64) / 32.0f;
+    const float top_ps[] = {0.5f, 0.97f};
+    for (int ti = 0; ti < 2; ti++) {
+        softmax(l, 1.0, p);
+        filtered(p, 0, top_ps[ti], 0.0, q);
+        struct sampler_params sp = sampler_default_params();
+        sp.temperature = 1.0f;
+        sp.top_p = top_ps[ti];
+        sp.seed = 11 + (uint64_t)ti;
+        struct sampler *s = sampler_new(&sp, V);
+        memset(count, 0, sizeof count);
+        const int n = 4000;
+        for (int k = 0; k < n; k++) {
+            memcpy(w, l, sizeof w);
+            const int32_t id = sampler_sample(s, w, NULL);
+            if (q[id] == 0)
+                fail_msg("top-p %g: token %d drawn, outside the filters' set", (double)top_ps[ti],
+                         id);
+            count[id]++;
+        }
+        sampler_free(s);
+        check_frequencies(count, q, n);
+    }
+    V = 3000;
+}
+
 /* Frequency and presence penalties: subtracted from the logits of the tokens accepted so far
  * (count x frequency + presence), before the softmax the log-probability comes from. */
 static void test_penalties(void **state)
 {
     (void)state;
-    float l[V], w[V];
-    double p[V];
+    float l[VMAX], w[VMAX];
+    double p[VMAX];
     make_logits(l);
     struct sampler_params sp = sampler_default_params();
     sp.frequency_penalty = 0.6f;
@@ -250,7 +289,7 @@ static void test_penalties(void **state)
 static void test_same_seed_same_tokens(void **state)
 {
     (void)state;
-    float l[V], w[V];
+    float l[VMAX], w[VMAX];
     make_logits(l);
     struct sampler_params sp = sampler_default_params();
     sp.temperature = 1.0f;
@@ -269,11 +308,9 @@ static void test_same_seed_same_tokens(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_greedy),
-        cmocka_unit_test(test_unfiltered_frequencies),
-        cmocka_unit_test(test_filters),
-        cmocka_unit_test(test_penalties),
-        cmocka_unit_test(test_same_seed_same_tokens),
+        cmocka_unit_test(test_greedy),    cmocka_unit_test(test_unfiltered_frequencies),
+        cmocka_unit_test(test_filters),   cmocka_unit_test(test_filters_large_flat),
+        cmocka_unit_test(test_penalties), cmocka_unit_test(test_same_seed_same_tokens),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
