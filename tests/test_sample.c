@@ -145,7 +145,7 @@ static int by_rank(const void *a, const void *b)
 
 static void filtered(const double *p, int top_k, double top_p, double min_p, double *q)
 {
-    int order[VMAX];
+    int order[VMAX] = {0};
     for (int i = 0; i < V; i++)
         order[i] = i;
     g_p = p;
