@@ -204,10 +204,16 @@ static int64_t truncate_set(struct sampler *s, int64_t n, double sum)
     int64_t first = keep < SELECT_FIRST ? keep : SELECT_FIRST;
     if (p->top_p >= 1.0f && keep == n)
         return n;
-    select_top(c, n, first);
-    qsort(c, (size_t)first, sizeof *c, cand_desc);
+    const double want = (double)p->top_p * sum; /* the weights are not normalised */
+    /* Every weight is at most 1 (the best's), so a head of `first` under the top-p mass is
+     * certain from the sum: then straight to the whole sort (a flat softmax). */
+    if (p->top_p < 1.0f && want > (double)first && first < keep)
+        first = 0;
+    if (first > 0) {
+        select_top(c, n, first);
+        qsort(c, (size_t)first, sizeof *c, cand_desc);
+    }
     if (p->top_p < 1.0f) {
-        const double want = (double)p->top_p * sum; /* the weights are not normalised */
         double cum = 0;
         for (int64_t i = 0; i < first; i++) {
             cum += (double)c[i].p;
