@@ -18,7 +18,9 @@
  * did before 2026-12-07. --shared-prompt 1 gives the N generations one prompt instead, as
  * Flow-GRPO's group of rollouts of a question has: sampled (temperature 1, a seed each) so that
  * they part after it, while the prompt's KV blocks are shared. --kv-type f16 loads the engine with
- * an F16 KV cache.
+ * an F16 KV cache. --sampling planner samples every generation as the flow's planner does by
+ * default (temperature 0.7, top-p 0.99, frequency penalty 1.2, a seed each), where the sampler's
+ * filters weigh in; --sampling rollout at temperature 1 without filters (Flow-GRPO's rollouts).
  *
  * Models are generated once into DIR (default /tmp/agentflow-bench) with a fixed seed. Prints a
  * markdown table; record it in docs/PERFORMANCE.md.
@@ -37,7 +39,8 @@
     "usage: bench/engine [--types F32,F16,Q8_0,Q4_0,Q4_K_M] [-p 512] [-n 128] [-t 2]\n"            \
     "                    [--prefix 2000] [--shape qwen2.5-0.5b] [--dir DIR] [--vocab GGUF]\n"      \
     "                    [--concurrent 1,2,4,8] [--invariant 0|1] [--concurrent-prompt 32]\n"      \
-    "                    [--shared-prompt 0|1] [--kv-type f32|f16] [--cold-prompts 0|1]\n"
+    "                    [--shared-prompt 0|1] [--kv-type f32|f16] [--cold-prompts 0|1]\n"         \
+    "                    [--sampling greedy|rollout|planner]\n"
 
 struct opts {
     char types[256], concurrent[128];
@@ -53,7 +56,10 @@ static void rand_ids(int32_t *ids, int n, int64_t nv, uint64_t *st)
     }
 }
 
-/* seed 0: greedy; else sampled at temperature 1 with that seed */
+enum sampling { SAMPLING_GREEDY, SAMPLING_ROLLOUT, SAMPLING_PLANNER };
+static enum sampling g_sampling;
+
+/* seed 0: greedy; else sampled with that seed, at temperature 1 or as the planner samples */
 static int gen(struct af_engine *e, const int32_t *ids, int n, int n_gen, uint64_t seed,
                struct af_engine_result *r)
 {
@@ -62,6 +68,11 @@ static int gen(struct af_engine *e, const int32_t *ids, int n, int n_gen, uint64
     gp.max_tokens = n_gen;
     gp.temperature = seed ? 1.0f : 0.0f;
     gp.seed = seed;
+    if (seed && g_sampling == SAMPLING_PLANNER) { /* src/flow/solver.c's planner slot */
+        gp.temperature = 0.7f;
+        gp.top_p = 0.99f;
+        gp.frequency_penalty = 1.2f;
+    }
     gp.ignore_eos = 1;
     if (af_engine_generate(e, ids, (size_t)n, &gp, r, err, sizeof err)) {
         fprintf(stderr, "bench/engine: %s\n", err);
@@ -102,7 +113,7 @@ static double concurrent_run(struct af_engine *e, int n, int tg, int np, int sha
         jobs[i].tg = tg;
         jobs[i].n_ids = np;
         jobs[i].ids = malloc((size_t)np * sizeof *jobs[i].ids);
-        jobs[i].seed = shared ? (uint64_t)i + 1 : 0;
+        jobs[i].seed = shared || g_sampling != SAMPLING_GREEDY ? (uint64_t)i + 1 : 0;
         if (shared && i > 0) {
             memcpy(jobs[i].ids, jobs[0].ids, (size_t)np * sizeof *jobs[i].ids);
             continue;
@@ -260,6 +271,12 @@ int main(int argc, char **argv)
             o.shared = atoi(argv[i + 1]) != 0;
         else if (!strcmp(argv[i], "--kv-type"))
             o.kv_f16 = !strcmp(argv[i + 1], "f16");
+        else if (!strcmp(argv[i], "--sampling") &&
+                 (!strcmp(argv[i + 1], "greedy") || !strcmp(argv[i + 1], "rollout") ||
+                  !strcmp(argv[i + 1], "planner")))
+            g_sampling = !strcmp(argv[i + 1], "planner")   ? SAMPLING_PLANNER
+                         : !strcmp(argv[i + 1], "rollout") ? SAMPLING_ROLLOUT
+                                                           : SAMPLING_GREEDY;
         else {
             fprintf(stderr, "bench/engine: unknown option %s\n%s", argv[i], USAGE);
             return 2;
@@ -275,9 +292,12 @@ int main(int argc, char **argv)
            o.kv_f16 ? "F16" : "F32");
     if (o.concurrent[0]) {
         printf("| type | generations at once | aggregate decode tok/s (%d-token prompt%s%s, tg "
-               "%d each) | |\n|---|---|---|---|\n",
-               o.cprompt, o.shared ? ", one for all, sampled" : "s",
-               o.cold && o.cprompt <= 32 ? ", prefilled in the timed run" : ", cached first", o.tg);
+               "%d each%s) | |\n|---|---|---|---|\n",
+               o.cprompt, o.shared ? ", one for all" : "s",
+               o.cold && o.cprompt <= 32 ? ", prefilled in the timed run" : ", cached first", o.tg,
+               g_sampling == SAMPLING_PLANNER               ? ", sampled as the planner"
+               : g_sampling == SAMPLING_ROLLOUT || o.shared ? ", sampled at temperature 1"
+                                                            : ", greedy");
         int rc = 0;
         for (char *t = strtok(o.types, ","); t; t = strtok(NULL, ","))
             rc |= one_type(&o, t);

@@ -297,11 +297,58 @@ static int32_t draw_unfiltered(struct sampler *s, double total, int64_t best)
  * as the best's e is 1). Every token left out ranks below every token taken, so the filters'
  * sorted prefix is the same over these as over the whole vocabulary, and the select and sort
  * see a few hundred tokens, not 150k (1 ms a top-p draw). Returns how many. */
+/* The k (<= SELECT_FIRST) best of cand_desc's order into s->cands, sorted: a min-heap of them
+ * over the exps in id order (a later token with an equal weight ranks below, so only a larger
+ * weight enters), skipping the blocks whose largest exp is below the heap's least. */
+static int64_t top_k_heap(struct sampler *s, int64_t k, float best, float t)
+{
+    struct cand *h = s->cands;
+    int64_t m = 0;
+    const int64_t n = s->n_vocab;
+    for (int64_t o = 0, j = 0; o < n; o += SUM_BLOCK, j++) {
+        if (m == k && quant_expf((s->bmax[j] - best) / t) <= h[0].p)
+            continue;
+        const int64_t end = o + SUM_BLOCK < n ? o + SUM_BLOCK : n;
+        for (int64_t i = o; i < end; i++) {
+            const float e = s->e[i];
+            if (m == k && e <= h[0].p)
+                continue;
+            int64_t at;
+            if (m < k) { /* sift up from the end */
+                at = m++;
+                while (at > 0 && cand_desc(&h[(at - 1) / 2], &(struct cand){(int32_t)i, e}) < 0) {
+                    h[at] = h[(at - 1) / 2];
+                    at = (at - 1) / 2;
+                }
+            } else { /* replace the least, sift down */
+                at = 0;
+                for (;;) {
+                    int64_t c = 2 * at + 1;
+                    if (c >= m)
+                        break;
+                    if (c + 1 < m && cand_desc(&h[c + 1], &h[c]) > 0)
+                        c++;
+                    if (cand_desc(&h[c], &(struct cand){(int32_t)i, e}) <= 0)
+                        break;
+                    h[at] = h[c];
+                    at = c;
+                }
+            }
+            h[at] = (struct cand){(int32_t)i, e};
+        }
+    }
+    qsort(h, (size_t)m, sizeof *h, cand_desc);
+    s->sorted = 1;
+    return m;
+}
+
 static int64_t gather(struct sampler *s, double sum, float best, float t)
 {
     const struct sampler_params *p = &s->p;
     const int64_t n = s->n_vocab;
     const int64_t k = p->top_k > 0 && p->top_k < n ? p->top_k : n;
+    if (k <= SELECT_FIRST)
+        return top_k_heap(s, k, best, t);
     const int min_p_alone = k == n && p->top_p >= 1.0f;
     /* a margin over the rounding of the sums' different orders */
     const double want = p->top_p < 1.0f ? (double)p->top_p * sum * (1 + 1e-9) : (double)INFINITY;
