@@ -209,7 +209,7 @@ static void test_filters(void **state)
         sp.seed = 3 + ci;
         struct sampler *s = sampler_new(&sp, V);
         memset(count, 0, sizeof count);
-        const int n = cases[ci].spread == 1 ? 8000 : 40000; /* flat: each draw sorts */
+        const int n = cases[ci].spread == 1 ? 5000 : 20000; /* flat: each draw sorts */
         for (int k = 0; k < n; k++) {
             memcpy(w, l, sizeof w);
             const int32_t id = sampler_sample(s, w, NULL);
