@@ -187,6 +187,7 @@ static void test_filters(void **state)
         {1.0f, 1.0f, 0.05f, 0, 0},  {1.0f, 0.8f, 0.0f, 50, 0}, {1.0f, 0.99f, 0.0f, 0, 1},
         {1.0f, 0.95f, 0.01f, 0, 1}, {0.7f, 0.9f, 0.0f, 0, 2},  {1.0f, 0.5f, 0.0f, 0, 3},
         {1.0f, 1.0f, 0.0f, 10, 3},  {1.0f, 0.3f, 0.0f, 15, 3}, {1.0f, 1.0f, 0.0f, 2000, 1},
+        {1.0f, 1.0f, 2.0f, 0, 0},
     };
     for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
         make_logits(l);

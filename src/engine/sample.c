@@ -292,11 +292,6 @@ static int32_t draw_unfiltered(struct sampler *s, double total, int64_t best)
     return (int32_t)last;
 }
 
-/* Into s->cands, the tokens that the filters can keep: those with e >= tau, for the largest tau
- * of a few whose set holds the top-k or more than the top-p mass (with min-p alone: its floor,
- * as the best's e is 1). Every token left out ranks below every token taken, so the filters'
- * sorted prefix is the same over these as over the whole vocabulary, and the select and sort
- * see a few hundred tokens, not 150k (1 ms a top-p draw). Returns how many. */
 /* The k (<= SELECT_FIRST) best of cand_desc's order into s->cands, sorted: a min-heap of them
  * over the exps in id order (a later token with an equal weight ranks below, so only a larger
  * weight enters), skipping the blocks whose largest exp is below the heap's least. */
@@ -342,6 +337,11 @@ static int64_t top_k_heap(struct sampler *s, int64_t k, float best, float t)
     return m;
 }
 
+/* Into s->cands, the tokens that the filters can keep: those with e >= tau, for the largest tau
+ * of a few whose set holds the top-k or more than the top-p mass (with min-p alone: its floor,
+ * as the best's e is 1). Every token left out ranks below every token taken, so the filters'
+ * sorted prefix is the same over these as over the whole vocabulary, and the select and sort
+ * see a few hundred tokens, not 150k (1 ms a top-p draw). Returns how many. */
 static int64_t gather(struct sampler *s, double sum, float best, float t)
 {
     const struct sampler_params *p = &s->p;
@@ -354,7 +354,8 @@ static int64_t gather(struct sampler *s, double sum, float best, float t)
     const double want = p->top_p < 1.0f ? (double)p->top_p * sum * (1 + 1e-9) : (double)INFINITY;
     static const float taus[] = {0x1p-8f, 0x1p-16f, 0x1p-32f, 0.0f};
     for (size_t ti = 0;; ti++) {
-        const float tau = min_p_alone ? p->min_p : taus[ti];
+        /* min-p over 1 keeps the best alone: the tokens at 1, of which it is the first */
+        const float tau = min_p_alone ? (p->min_p < 1.0f ? p->min_p : 1.0f) : taus[ti];
         int64_t m = 0;
         double mass = 0;
         for (int64_t o = 0, j = 0; o < n; o += SUM_BLOCK, j++) {
