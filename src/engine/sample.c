@@ -34,6 +34,7 @@ struct sampler {
     float *e;              /* exp((logit - best) / t) of every token */
     double *bsum;          /* the sums of e by blocks of SUM_BLOCK */
     float *bmax;           /* the largest logit of each block */
+    float *bexp;           /* in a filtered draw, the largest exp of each block */
     struct rng rng;
 };
 
@@ -94,6 +95,7 @@ struct sampler *sampler_new(const struct sampler_params *p, int64_t n_vocab)
     const size_t nblk = (size_t)((n_vocab + SUM_BLOCK - 1) / SUM_BLOCK + 1);
     s->bsum = af_xmalloc(nblk * sizeof *s->bsum);
     s->bmax = af_xmalloc(nblk * sizeof *s->bmax);
+    s->bexp = af_xmalloc(nblk * sizeof *s->bexp);
     rng_seed(&s->rng, p->seed);
     return s;
 }
@@ -109,6 +111,7 @@ void sampler_free(struct sampler *s)
     free(s->e);
     free(s->bsum);
     free(s->bmax);
+    free(s->bexp);
     free(s);
 }
 
@@ -295,13 +298,13 @@ static int32_t draw_unfiltered(struct sampler *s, double total, int64_t best)
 /* The k (<= SELECT_FIRST) best of cand_desc's order into s->cands, sorted: a min-heap of them
  * over the exps in id order (a later token with an equal weight ranks below, so only a larger
  * weight enters), skipping the blocks whose largest exp is below the heap's least. */
-static int64_t top_k_heap(struct sampler *s, int64_t k, float best, float t)
+static int64_t top_k_heap(struct sampler *s, int64_t k)
 {
     struct cand *h = s->cands;
     int64_t m = 0;
     const int64_t n = s->n_vocab;
     for (int64_t o = 0, j = 0; o < n; o += SUM_BLOCK, j++) {
-        if (m == k && quant_expf((s->bmax[j] - best) / t) <= h[0].p)
+        if (m == k && s->bexp[j] <= h[0].p)
             continue;
         const int64_t end = o + SUM_BLOCK < n ? o + SUM_BLOCK : n;
         for (int64_t i = o; i < end; i++) {
@@ -342,13 +345,13 @@ static int64_t top_k_heap(struct sampler *s, int64_t k, float best, float t)
  * as the best's e is 1). Every token left out ranks below every token taken, so the filters'
  * sorted prefix is the same over these as over the whole vocabulary, and the select and sort
  * see a few hundred tokens, not 150k (1 ms a top-p draw). Returns how many. */
-static int64_t gather(struct sampler *s, double sum, float best, float t)
+static int64_t gather(struct sampler *s, double sum)
 {
     const struct sampler_params *p = &s->p;
     const int64_t n = s->n_vocab;
     const int64_t k = p->top_k > 0 && p->top_k < n ? p->top_k : n;
     if (k <= SELECT_FIRST)
-        return top_k_heap(s, k, best, t);
+        return top_k_heap(s, k);
     const int min_p_alone = k == n && p->top_p >= 1.0f;
     /* a margin over the rounding of the sums' different orders */
     const double want = p->top_p < 1.0f ? (double)p->top_p * sum * (1 + 1e-9) : (double)INFINITY;
@@ -361,7 +364,7 @@ static int64_t gather(struct sampler *s, double sum, float best, float t)
         for (int64_t o = 0, j = 0; o < n; o += SUM_BLOCK, j++) {
             /* a block whose largest exp is below tau has none (exp is monotonic): most
              * blocks, where a few tokens hold the mass */
-            if (quant_expf((s->bmax[j] - best) / t) < tau)
+            if (s->bexp[j] < tau)
                 continue;
             const int64_t end = o + SUM_BLOCK < n ? o + SUM_BLOCK : n;
             for (int64_t i = o; i < end; i++)
@@ -410,7 +413,11 @@ int32_t sampler_sample(struct sampler *s, float *logits, float *logprob)
         pick = draw_unfiltered(s, sum, best);
     } else if (p->temperature > 0) {
         s->sorted = 0;
-        const int64_t g = gather(s, sum, logits[best], t);
+        /* each block's largest exp: the exp of its largest logit, as the kernel computes it
+         * (exp is monotonic), which lets the candidates' passes skip the block */
+        for (int64_t o = 0, j = 0; o < n; o += SUM_BLOCK, j++)
+            s->bexp[j] = quant_expf((s->bmax[j] - logits[best]) / t);
+        const int64_t g = gather(s, sum);
         int64_t m = truncate_set(s, g, sum);
         struct cand *c = s->cands;
         if (p->min_p > 0) {
