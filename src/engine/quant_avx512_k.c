@@ -151,7 +151,7 @@ AF_TARGET_AVX512 static AF_INLINE void k_lev4(const __m512i Q[8], __mmask64 (*K5
 /* Q6_K: group G = 4h + g from the transposed ql chunk L (ql + 64h + 32 (g & 1)), its nibble
  * g / 2, plus 16 and 32 where K[0][i] and K[1][i] select a byte (the two bits of qh). */
 AF_TARGET_AVX512 static AF_INLINE void k_lev6(const __m512i L[8], __mmask64 (*K)[8], int G,
-                                              struct k_blk *B)
+                                              __m512i T[8])
 {
     const __m512i m4 = _mm512_set1_epi8(0xF);
 #pragma GCC unroll 8
@@ -159,8 +159,7 @@ AF_TARGET_AVX512 static AF_INLINE void k_lev6(const __m512i L[8], __mmask64 (*K)
         __m512i v = (G % 4) < 2 ? _mm512_and_si512(L[i], m4)
                                 : _mm512_and_si512(_mm512_srli_epi16(L[i], 4), m4);
         v = _mm512_mask_add_epi8(v, K[0][i], v, _mm512_set1_epi8(16));
-        v = _mm512_mask_add_epi8(v, K[1][i], v, _mm512_set1_epi8(32));
-        B->w[8 * G + i] = v;
+        T[i] = _mm512_mask_add_epi8(v, K[1][i], v, _mm512_set1_epi8(32));
     }
 }
 
@@ -197,7 +196,7 @@ AF_TARGET_AVX512 static AF_INLINE void k_unpack(int kind, const uint8_t *const *
                 __mmask64 K[2][8];
                 k_masks(H, 2 * g, K[0]);
                 k_masks(H, 2 * g + 1, K[1]);
-                k_lev6(L[g & 1], K, 4 * h + g, B);
+                k_lev6(L[g & 1], K, 4 * h + g, &B->w[8 * (4 * h + g)]);
             }
         }
         return;
@@ -223,12 +222,49 @@ AF_TARGET_AVX512 static AF_INLINE void k_unpack(int kind, const uint8_t *const *
     }
 }
 
-/* nc (<= K_C) tokens' block against B: acc[c] advanced by the block's chain. ys[c]: the
- * tokens' Q8_K blocks; d[c], t[c]: their side terms. */
+/* Group g's levels into T: from B's unpacked levels, or with ob set from the packed block ob
+ * (below), made in registers where the tokens use them. */
+AF_TARGET_AVX512 static AF_INLINE void k_group(int kind, const struct k_blk *B, const uint8_t *ob,
+                                               int g, __m512i T[8])
+{
+    if (!ob) {
+#pragma GCC unroll 8
+        for (int i = 0; i < 8; i++)
+            T[i] = _mm512_load_si512(&B->w[8 * g + i]);
+        return;
+    }
+    __m512i R[8];
+    if (kind == KIND_Q6K) { /* ql chunk (g / 4, g & 1), then group g's high-bit masks */
+        const uint8_t *ol = ob + 1024 * (size_t)(g / 4) + 512 * (size_t)(g & 1);
+#pragma GCC unroll 8
+        for (int i = 0; i < 8; i++)
+            R[i] = _mm512_load_si512(ol + 64 * i);
+        __mmask64 K[2][8];
+        memcpy(K, ob + 2048 + 128 * (size_t)g, sizeof K);
+        k_lev6(R, K, g, T);
+        return;
+    }
+    const __m512i m4 = _mm512_set1_epi8(0xF);
+    const uint8_t *oq = ob + 256 + 512 * (size_t)(g / 2); /* chunk g / 2, nibble g % 2 */
+    __mmask64 K[8];
+    if (kind == KIND_Q5K)
+        memcpy(K, ob + 2304 + 64 * (size_t)g, sizeof K);
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; i++) {
+        const __m512i Q = _mm512_load_si512(oq + 64 * i);
+        T[i] = g & 1 ? _mm512_and_si512(_mm512_srli_epi16(Q, 4), m4) : _mm512_and_si512(Q, m4);
+        if (kind == KIND_Q5K)
+            T[i] = _mm512_mask_add_epi8(T[i], K[i], T[i], _mm512_set1_epi8(16));
+    }
+}
+
+/* nc (<= K_C) tokens' block against B (its levels from the packed block ob when set: k_group):
+ * acc[c] advanced by the block's chain. ys[c]: the tokens' Q8_K blocks; d[c], t[c]: their side
+ * terms. */
 AF_TARGET_AVX512 static AF_INLINE void k_tokens(int kind, int nc, const struct k_blk *B,
-                                                const struct blk_q8_k *const *ys, const float *d,
-                                                const int32_t *const *t, const uint8_t *pf,
-                                                size_t pf_lines, __m512 *acc)
+                                                const uint8_t *ob, const struct blk_q8_k *const *ys,
+                                                const float *d, const int32_t *const *t,
+                                                const uint8_t *pf, size_t pf_lines, __m512 *acc)
 {
     __m512i S[K_C];
 #pragma GCC unroll 8
@@ -241,9 +277,7 @@ AF_TARGET_AVX512 static AF_INLINE void k_tokens(int kind, int nc, const struct k
         for (size_t l = pf_lines * (size_t)g / 8; l < pf_lines * (size_t)(g + 1) / 8; l++)
             _mm_prefetch((const char *)pf + 64 * l, _MM_HINT_T1);
         __m512i T[8];
-#pragma GCC unroll 8
-        for (int i = 0; i < 8; i++)
-            T[i] = _mm512_load_si512(&B->w[8 * g + i]);
+        k_group(kind, B, ob, g, T);
 #pragma GCC unroll 8
         for (int c = 0; c < nc; c++) {
             const int8_t *q = ys[c]->qs + 32 * g;
@@ -390,11 +424,13 @@ static inline size_t k_prefetch_range(size_t lines, size_t per, int64_t b, size_
     return l1 > *l0 ? l1 - *l0 : 0;
 }
 
-/* Tokens c0 .. c0 + nc - 1 of the chunk against B (block b of the k chunk). */
+/* Tokens c0 .. c0 + nc - 1 of the chunk against B (block b of the k chunk; its levels from the
+ * packed block ob when set). */
 AF_TARGET_AVX512 static AF_INLINE void k_pass(int kind, int nc, const struct k_blk *B,
-                                              const uint8_t *X, size_t xbytes, int64_t b0,
-                                              int64_t b, const struct k_x *xs, int64_t c0,
-                                              const uint8_t *pf, size_t pf_lines, __m512 *acc)
+                                              const uint8_t *ob, const uint8_t *X, size_t xbytes,
+                                              int64_t b0, int64_t b, const struct k_x *xs,
+                                              int64_t c0, const uint8_t *pf, size_t pf_lines,
+                                              __m512 *acc)
 {
     const struct blk_q8_k *ys[K_C];
     const int32_t *t[K_C];
@@ -410,7 +446,7 @@ AF_TARGET_AVX512 static AF_INLINE void k_pass(int kind, int nc, const struct k_b
 #pragma GCC unroll 8
     for (int c = 0; c < nc; c++)
         a[c] = acc[c0 + c];
-    k_tokens(kind, nc, B, ys, d, t, pf, pf_lines, a);
+    k_tokens(kind, nc, B, ob, ys, d, t, pf, pf_lines, a);
 #pragma GCC unroll 8
     for (int c = 0; c < nc; c++)
         acc[c0 + c] = a[c];
@@ -511,9 +547,10 @@ AF_TARGET_AVX512 static void k_pack_rows(int kind, const uint8_t *W, size_t wbyt
     }
 }
 
-/* Block b of a packed group og into B: what k_unpack gives for the 16 rows. */
+/* Block b of a packed group og into B: what k_unpack gives for the 16 rows; with levels 0,
+ * only the scales (the tokens then make the levels from the packed block, k_group). */
 AF_TARGET_AVX512 static AF_INLINE void k_pblock(int kind, const uint8_t *og, int64_t b,
-                                                struct k_blk *B)
+                                                struct k_blk *B, int levels)
 {
     const uint8_t *ob = og + k_poff(kind, b);
     __m512i P[4], R[8];
@@ -525,22 +562,19 @@ AF_TARGET_AVX512 static AF_INLINE void k_pblock(int kind, const uint8_t *og, int
         B->d = _mm512_cvtph_ps(_mm256_load_si256(
             (const __m256i *)(og + (size_t)(b / 2) * 6720 + 6656 + 32 * (size_t)(b & 1))));
         B->dmin = _mm512_setzero_ps();
+        if (!levels)
+            return;
 #pragma GCC unroll 1
-        for (int G = 0; G < 8; G++) { /* group 4h + g: ql chunk (h, g & 1) */
-            const uint8_t *ol = ob + 1024 * (size_t)(G / 4) + 512 * (size_t)(G & 1);
-#pragma GCC unroll 8
-            for (int i = 0; i < 8; i++)
-                R[i] = _mm512_load_si512(ol + 64 * i);
-            __mmask64 K[2][8];
-            memcpy(K, ob + 2048 + 128 * (size_t)G, sizeof K);
-            k_lev6(R, K, G, B);
-        }
+        for (int G = 0; G < 8; G++)
+            k_group(kind, B, ob, G, &B->w[8 * G]);
         return;
     }
 #pragma GCC unroll 4
     for (int i = 0; i < 4; i++)
         P[i] = _mm512_load_si512(ob + 64 * i);
     k_hdr4(P, B);
+    if (!levels)
+        return;
 #pragma GCC unroll 1
     for (int c = 0; c < 4; c++) {
 #pragma GCC unroll 8
@@ -553,36 +587,55 @@ AF_TARGET_AVX512 static AF_INLINE void k_pblock(int kind, const uint8_t *og, int
     }
 }
 
-/* The token chunk (tc tokens) against one group of nr <= 16 rows over blocks [b0, b0 + kc):
- * each block unpacked once, from the rows rp or from the packed group og, and met by every
- * token. next, lines: the next group's bytes, prefetched a share a block. */
+/* The blocks [b0, b0 + kc) of one group against the token chunk (tc tokens): each block
+ * unpacked once into B, from the rows rp or from the packed group og, and met by every token;
+ * or with fused (a constant) its levels made from og by the tokens' passes (k_group). next,
+ * lines: the next group's bytes, prefetched a share a block. */
+AF_TARGET_AVX512 static AF_INLINE void k_blocks(int kind, int fused, const uint8_t *const *rp,
+                                                const uint8_t *og, const uint8_t *next,
+                                                size_t lines, int64_t b0, int64_t kc,
+                                                const uint8_t *X, size_t xbytes, int64_t tc,
+                                                const struct k_x *xs, __m512 *acc)
+{
+    const size_t per = (lines + (size_t)kc - 1) / (size_t)kc;
+    struct k_blk B __attribute__((aligned(64)));
+    for (int64_t b = 0; b < kc; b++) {
+        size_t l0;
+        const size_t nl = k_prefetch_range(lines, per, b, &l0);
+        const uint8_t *ob = fused ? og + k_poff(kind, b0 + b) : NULL;
+        if (og)
+            k_pblock(kind, og, b0 + b, &B, !fused);
+        else
+            k_unpack(kind, rp, b0 + b, &B);
+        for (int64_t c0 = 0; c0 < tc; c0 += K_C) {
+            const int nc = tc - c0 < K_C ? (int)(tc - c0) : K_C;
+            /* the first pass spreads the block's share of prefetches over its groups */
+#define K_PASS(n)                                                                                  \
+    k_pass(kind, n, &B, ob, X, xbytes, b0, b, xs, c0, next + 64 * l0, c0 ? 0 : nl, acc)
+            QUANT_NC_CASES(K_PASS)
+#undef K_PASS
+        }
+    }
+}
+
+/* The token chunk (tc tokens) against one group of nr <= 16 rows over blocks [b0, b0 + kc). */
 AF_TARGET_AVX512 static AF_INLINE void k_run(int kind, const uint8_t *const *rp, const uint8_t *og,
                                              const uint8_t *next, size_t lines, int nr, int64_t b0,
                                              int64_t kc, const uint8_t *X, size_t xbytes,
                                              int64_t tc, const struct k_x *xs, int first, float *o,
                                              int64_t ldo)
 {
-    const size_t per = (lines + (size_t)kc - 1) / (size_t)kc;
     const __mmask16 mk = (__mmask16)(nr == 16 ? 0xFFFF : (1u << nr) - 1);
     __m512 acc[K_TC];
     for (int64_t c = 0; c < tc; c++)
         acc[c] = first ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(mk, o + c * ldo);
-    struct k_blk B __attribute__((aligned(64)));
-    for (int64_t b = 0; b < kc; b++) {
-        size_t l0;
-        const size_t nl = k_prefetch_range(lines, per, b, &l0);
-        if (og)
-            k_pblock(kind, og, b0 + b, &B);
-        else
-            k_unpack(kind, rp, b0 + b, &B);
-        for (int64_t c0 = 0; c0 < tc; c0 += K_C) {
-            const int nc = tc - c0 < K_C ? (int)(tc - c0) : K_C;
-            /* the first pass spreads the block's share of prefetches over its groups */
-#define K_PASS(n) k_pass(kind, n, &B, X, xbytes, b0, b, xs, c0, next + 64 * l0, c0 ? 0 : nl, acc)
-            QUANT_NC_CASES(K_PASS)
-#undef K_PASS
-        }
-    }
+    /* Packed levels are made in registers where the tokens use them (bench/quant: stored to B
+     * and loaded back, they cost Q4_K 15-25% at m = 1-8, Q6_K 5-20%), unless several passes of
+     * tokens would each remake Q6_K's (8-25% slower at m = 12-32). */
+    if (og && (kind != KIND_Q6K || tc <= K_C))
+        k_blocks(kind, 1, rp, og, next, lines, b0, kc, X, xbytes, tc, xs, acc);
+    else
+        k_blocks(kind, 0, rp, og, next, lines, b0, kc, X, xbytes, tc, xs, acc);
     for (int64_t c = 0; c < tc; c++)
         _mm512_mask_storeu_ps(o + c * ldo, mk, acc[c]);
 }
