@@ -1256,11 +1256,12 @@ static void test_bf16_pairs(void **state)
 static void test_axpy_isas(void **state)
 {
     (void)state;
-    float x[203], y0[203], y1[203];
-    for (int i = 0; i < 203; i++) {
+    enum { NT = 23 }; /* axpy_rows' terms: past 16, the kernels request term t + 16 ahead */
+    float x[203 + NT], y0[203], y1[203];
+    for (int i = 0; i < 203 + NT; i++)
         x[i] = (float)((i * 37) % 101) / 7.0f - 6.0f;
+    for (int i = 0; i < 203; i++)
         y0[i] = y1[i] = (float)((i * 11) % 53) / 3.0f;
-    }
     assert_int_equal(quant_set_isa("ref"), 0);
     quant_axpy(203, 0.3712f, x, y0);
     if (quant_set_isa("avx2") == 0) {
@@ -1271,12 +1272,12 @@ static void test_axpy_isas(void **state)
      * take each kernel's wide, narrow and scalar parts and 1..5 rows */
     static const int64_t lens[] = {1, 15, 16, 64, 80, 128, 196};
     static const char *isas[] = {"ref", "avx2", "avx512"};
-    float coef[5][7];
-    const float *xs[7], *a[5];
-    for (int t = 0; t < 7; t++)
+    float coef[5][NT];
+    const float *xs[NT], *a[5];
+    for (int t = 0; t < NT; t++)
         xs[t] = x + t;
     for (int r = 0; r < 5; r++) {
-        for (int t = 0; t < 7; t++)
+        for (int t = 0; t < NT; t++)
             coef[r][t] = 0.25f + 0.1371f * (float)t - 0.093f * (float)r;
         a[r] = coef[r];
     }
@@ -1293,13 +1294,13 @@ static void test_axpy_isas(void **state)
             }
             assert_int_equal(quant_set_isa("ref"), 0);
             for (int64_t r = 0; r < ng; r++)
-                for (int t = 0; t < 7; t++)
+                for (int t = 0; t < NT; t++)
                     quant_axpy(len, a[r][t], xs[t], want[r]);
             for (size_t ii = 0; ii < 3; ii++) {
                 if (quant_set_isa(isas[ii]) != 0)
                     continue;
                 memcpy(got, start, sizeof got);
-                quant_axpy_rows_kernel()(len, 7, ng, a, xs, y);
+                quant_axpy_rows_kernel()(len, NT, ng, a, xs, y);
                 for (int64_t r = 0; r < ng; r++)
                     assert_memory_equal(want[r], got[r], sizeof want[r]);
             }

@@ -131,10 +131,12 @@ AF_TARGET_AVX2 static AF_INLINE __m256 ld8(int f16, const void *x, int64_t i)
                : _mm256_loadu_ps((const float *)x + i);
 }
 
-/* Up to 4 rows x nv (<= 4) vectors of y in registers across all n terms; xs F32 or F16. */
+/* Up to 4 rows x nv (<= 4) vectors of y in registers across all n terms; xs F32 or F16. With
+ * pf, each term's lines 16 terms on (a KV block ahead) are requested first, as the AVX-512
+ * kernel does. */
 AF_TARGET_AVX2 static AF_INLINE void axr_tile_avx2(int f16, int nr, int nv, int64_t n,
                                                    const float *const *a, const void *const *xs,
-                                                   float *const *y, int64_t i0)
+                                                   float *const *y, int64_t i0, int pf)
 {
     __m256 acc[4][4];
 #pragma GCC unroll 4
@@ -144,6 +146,9 @@ AF_TARGET_AVX2 static AF_INLINE void axr_tile_avx2(int f16, int nr, int nv, int6
             acc[r][v] = _mm256_loadu_ps(y[r] + i0 + 8 * v);
     for (int64_t t = 0; t < n; t++) {
         __m256 xv[4];
+        if (pf && t + 16 < n) /* 32 floats: one or two lines */
+            for (int v = 0; v < nv; v += f16 ? 4 : 2)
+                _mm_prefetch((const char *)xs[t + 16] + (f16 ? 2 : 4) * (i0 + 8 * v), _MM_HINT_T0);
 #pragma GCC unroll 4
         for (int v = 0; v < nv; v++)
             xv[v] = ld8(f16, xs[t], i0 + 8 * v);
@@ -165,16 +170,16 @@ AF_TARGET_AVX2 static AF_INLINE void axr_tile_avx2(int f16, int nr, int nv, int6
 #define AXR_ROWS(nv)                                                                               \
     switch (nr) {                                                                                  \
     case 1:                                                                                        \
-        axr_tile_avx2(f16, 1, nv, n, ar, xs, yr, i);                                               \
+        axr_tile_avx2(f16, 1, nv, n, ar, xs, yr, i, r0 == 0);                                      \
         break;                                                                                     \
     case 2:                                                                                        \
-        axr_tile_avx2(f16, 2, nv, n, ar, xs, yr, i);                                               \
+        axr_tile_avx2(f16, 2, nv, n, ar, xs, yr, i, r0 == 0);                                      \
         break;                                                                                     \
     case 3:                                                                                        \
-        axr_tile_avx2(f16, 3, nv, n, ar, xs, yr, i);                                               \
+        axr_tile_avx2(f16, 3, nv, n, ar, xs, yr, i, r0 == 0);                                      \
         break;                                                                                     \
     default:                                                                                       \
-        axr_tile_avx2(f16, 4, nv, n, ar, xs, yr, i);                                               \
+        axr_tile_avx2(f16, 4, nv, n, ar, xs, yr, i, r0 == 0);                                      \
         break;                                                                                     \
     }
 
@@ -220,7 +225,8 @@ AF_TARGET_AVX2 static void axpy_rows_f16_avx2(int64_t len, int64_t n, int64_t ng
  * F16 keys are read whole, within the block's storage, and the extra lanes dropped). */
 AF_TARGET_AVX2 static AF_INLINE void scores_tile_avx2(int f16, int nr, int nb, int64_t hd,
                                                       const float *const *q, const void *const *kb,
-                                                      float *const *sc, int64_t t0, int n16)
+                                                      float *const *sc, int64_t t0, int n16,
+                                                      const void *const *kn)
 {
     __m256 acc[4][4];
     __m256i mask[2];
@@ -235,6 +241,10 @@ AF_TARGET_AVX2 static AF_INLINE void scores_tile_avx2(int f16, int nr, int nb, i
         for (int v = 0; v < 2 * nb; v++)
             acc[r][v] = _mm256_setzero_ps();
     for (int64_t i = 0; i < hd; i++) {
+        if (kn) /* the next tile's 2 key blocks, line by line (the AVX-512 kernel's reason) */
+#pragma GCC unroll 2
+            for (int v = 0; v < 2; v++)
+                _mm_prefetch((const char *)kn[v] + (f16 ? 32 : 64) * i, _MM_HINT_T0);
         __m256 kv[4];
 #pragma GCC unroll 4
         for (int v = 0; v < 2 * nb; v++) {
@@ -266,16 +276,16 @@ AF_TARGET_AVX2 static AF_INLINE void scores_tile_avx2(int f16, int nr, int nb, i
 #define SCORES_ROWS(nb, n16)                                                                       \
     switch (nr) {                                                                                  \
     case 1:                                                                                        \
-        scores_tile_avx2(f16, 1, nb, hd, qg, kb + t / 16, sg, t, n16);                             \
+        scores_tile_avx2(f16, 1, nb, hd, qg, kb + t / 16, sg, t, n16, kn);                         \
         break;                                                                                     \
     case 2:                                                                                        \
-        scores_tile_avx2(f16, 2, nb, hd, qg, kb + t / 16, sg, t, n16);                             \
+        scores_tile_avx2(f16, 2, nb, hd, qg, kb + t / 16, sg, t, n16, kn);                         \
         break;                                                                                     \
     case 3:                                                                                        \
-        scores_tile_avx2(f16, 3, nb, hd, qg, kb + t / 16, sg, t, n16);                             \
+        scores_tile_avx2(f16, 3, nb, hd, qg, kb + t / 16, sg, t, n16, kn);                         \
         break;                                                                                     \
     default:                                                                                       \
-        scores_tile_avx2(f16, 4, nb, hd, qg, kb + t / 16, sg, t, n16);                             \
+        scores_tile_avx2(f16, 4, nb, hd, qg, kb + t / 16, sg, t, n16, kn);                         \
         break;                                                                                     \
     }
 
@@ -288,9 +298,19 @@ AF_TARGET_AVX2 static AF_INLINE void scores_x(int f16, int64_t len, int64_t hd, 
         const float *const *qg = q + g0;
         float *const *sg = sc + g0;
         int64_t t = 0;
-        for (; t + 32 <= len; t += 32)
+        for (; t + 32 <= len; t += 32) {
+            /* the next tile's blocks (the last repeated where it has one), first rows only */
+            const void *next[2], *const *kn = NULL;
+            const int64_t nblk = (len + 15) / 16, b1 = (t + 32) / 16;
+            if (g0 == 0 && b1 < nblk) {
+                for (int v = 0; v < 2; v++)
+                    next[v] = kb[b1 + v < nblk ? b1 + v : nblk - 1];
+                kn = next;
+            }
             SCORES_ROWS(2, 16)
+        }
         for (; t < len; t += 16) {
+            const void *const *kn = NULL;
             const int n16 = len - t >= 16 ? 16 : (int)(len - t);
             SCORES_ROWS(1, n16)
         }

@@ -38,10 +38,12 @@ AF_TARGET_AVX512 static AF_INLINE __m512 ld16(int f16, const void *x, int64_t i)
 }
 
 /* Up to 4 rows x nv (<= 4) vectors of y in registers across all n terms; a multiply, then an
- * add, as every ISA's axpy; xs F32 or F16. */
+ * add, as every ISA's axpy; xs F32 or F16. With pf, each term's lines 16 terms on (a KV block
+ * of values ahead) are requested from memory first: the value rows of a decode step come from
+ * DRAM, 4 KB a block and head, too short a stream for the hardware prefetcher. */
 AF_TARGET_AVX512 static AF_INLINE void axr_tile_avx512(int f16, int nr, int nv, int64_t n,
                                                        const float *const *a, const void *const *xs,
-                                                       float *const *y, int64_t i0)
+                                                       float *const *y, int64_t i0, int pf)
 {
     __m512 acc[4][4];
 #pragma GCC unroll 4
@@ -51,6 +53,10 @@ AF_TARGET_AVX512 static AF_INLINE void axr_tile_avx512(int f16, int nr, int nv, 
             acc[r][v] = _mm512_loadu_ps(y[r] + i0 + 16 * v);
     for (int64_t t = 0; t < n; t++) {
         __m512 xv[4];
+        if (pf && t + 16 < n)
+#pragma GCC unroll 4
+            for (int v = 0; v < nv; v++)
+                _mm_prefetch((const char *)xs[t + 16] + (f16 ? 2 : 4) * (i0 + 16 * v), _MM_HINT_T0);
 #pragma GCC unroll 4
         for (int v = 0; v < nv; v++)
             xv[v] = ld16(f16, xs[t], i0 + 16 * v);
@@ -72,16 +78,16 @@ AF_TARGET_AVX512 static AF_INLINE void axr_tile_avx512(int f16, int nr, int nv, 
 #define AXR_ROWS(nv)                                                                               \
     switch (nr) {                                                                                  \
     case 1:                                                                                        \
-        axr_tile_avx512(f16, 1, nv, n, ar, xs, yr, i);                                             \
+        axr_tile_avx512(f16, 1, nv, n, ar, xs, yr, i, r0 == 0);                                    \
         break;                                                                                     \
     case 2:                                                                                        \
-        axr_tile_avx512(f16, 2, nv, n, ar, xs, yr, i);                                             \
+        axr_tile_avx512(f16, 2, nv, n, ar, xs, yr, i, r0 == 0);                                    \
         break;                                                                                     \
     case 3:                                                                                        \
-        axr_tile_avx512(f16, 3, nv, n, ar, xs, yr, i);                                             \
+        axr_tile_avx512(f16, 3, nv, n, ar, xs, yr, i, r0 == 0);                                    \
         break;                                                                                     \
     default:                                                                                       \
-        axr_tile_avx512(f16, 4, nv, n, ar, xs, yr, i);                                             \
+        axr_tile_avx512(f16, 4, nv, n, ar, xs, yr, i, r0 == 0);                                    \
         break;                                                                                     \
     }
 
@@ -125,11 +131,14 @@ AF_TARGET_AVX512 static void axpy_rows_f16_avx512(int64_t len, int64_t n, int64_
 
 /* Up to 4 query rows x nb (<= 4) blocks of 16 positions in registers (16 accumulators) across
  * all of i; the lanes of the last block outside `last` are neither read nor written (F16 keys:
- * masked lanes load as 0). */
+ * masked lanes load as 0). kn (or NULL): the next tile's 4 key blocks, requested from memory
+ * line by line as this tile reads its own (a block and head is 4 KB, too short a stream for
+ * the hardware prefetcher). */
 AF_TARGET_AVX512 static AF_INLINE void scores_tile_avx512(int f16, int nr, int nb, int64_t hd,
                                                           const float *const *q,
                                                           const void *const *kb, float *const *sc,
-                                                          int64_t t0, __mmask16 last)
+                                                          int64_t t0, __mmask16 last,
+                                                          const void *const *kn)
 {
     __m512 acc[4][4];
 #pragma GCC unroll 4
@@ -138,6 +147,10 @@ AF_TARGET_AVX512 static AF_INLINE void scores_tile_avx512(int f16, int nr, int n
         for (int v = 0; v < nb; v++)
             acc[r][v] = _mm512_setzero_ps();
     for (int64_t i = 0; i < hd; i++) {
+        if (kn)
+#pragma GCC unroll 4
+            for (int v = 0; v < 4; v++)
+                _mm_prefetch((const char *)kn[v] + (f16 ? 32 : 64) * i, _MM_HINT_T0);
         __m512 kv[4];
 #pragma GCC unroll 4
         for (int v = 0; v < nb; v++)
@@ -167,16 +180,16 @@ AF_TARGET_AVX512 static AF_INLINE void scores_tile_avx512(int f16, int nr, int n
 #define SCORES_ROWS(nb, last)                                                                      \
     switch (nr) {                                                                                  \
     case 1:                                                                                        \
-        scores_tile_avx512(f16, 1, nb, hd, qg, kb + t / 16, sg, t, last);                          \
+        scores_tile_avx512(f16, 1, nb, hd, qg, kb + t / 16, sg, t, last, kn);                      \
         break;                                                                                     \
     case 2:                                                                                        \
-        scores_tile_avx512(f16, 2, nb, hd, qg, kb + t / 16, sg, t, last);                          \
+        scores_tile_avx512(f16, 2, nb, hd, qg, kb + t / 16, sg, t, last, kn);                      \
         break;                                                                                     \
     case 3:                                                                                        \
-        scores_tile_avx512(f16, 3, nb, hd, qg, kb + t / 16, sg, t, last);                          \
+        scores_tile_avx512(f16, 3, nb, hd, qg, kb + t / 16, sg, t, last, kn);                      \
         break;                                                                                     \
     default:                                                                                       \
-        scores_tile_avx512(f16, 4, nb, hd, qg, kb + t / 16, sg, t, last);                          \
+        scores_tile_avx512(f16, 4, nb, hd, qg, kb + t / 16, sg, t, last, kn);                      \
         break;                                                                                     \
     }
 
@@ -189,9 +202,19 @@ AF_TARGET_AVX512 static AF_INLINE void scores_x(int f16, int64_t len, int64_t hd
         const float *const *qg = q + g0;
         float *const *sg = sc + g0;
         int64_t t = 0;
-        for (; t + 64 <= len; t += 64)
+        for (; t + 64 <= len; t += 64) {
+            /* the next tile's blocks (the last repeated where it has fewer), first rows only */
+            const void *next[4], *const *kn = NULL;
+            const int64_t nblk = (len + 15) / 16, b1 = (t + 64) / 16;
+            if (g0 == 0 && b1 < nblk) {
+                for (int v = 0; v < 4; v++)
+                    next[v] = kb[b1 + v < nblk ? b1 + v : nblk - 1];
+                kn = next;
+            }
             SCORES_ROWS(4, 0xFFFF)
+        }
         for (; t < len; t += 16) {
+            const void *const *kn = NULL;
             const __mmask16 m = (__mmask16)(len - t >= 16 ? 0xFFFF : (1u << (len - t)) - 1);
             SCORES_ROWS(1, m)
         }
