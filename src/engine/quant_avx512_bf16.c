@@ -95,7 +95,7 @@ AF_TARGET_BF16 static AF_INLINE void b_tile(int nc, const uint8_t *pw, int64_t p
         acc[c] = first ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(mk, out + c * ldo);
     for (int64_t p = p0; p < p0 + kp; p++) {
         if (next)
-            _mm_prefetch((const char *)next + 64 * p, _MM_HINT_T1);
+            _mm_prefetch((const char *)next + 64 * p, _MM_HINT_NTA);
         const __m512bh w = (__m512bh)_mm512_load_si512(pw + 64 * p);
 #pragma GCC unroll 8
         for (int c = 0; c < nc; c++)
@@ -130,8 +130,8 @@ AF_TARGET_BF16 static AF_INLINE
     }
     for (int64_t p = p0; p < p0 + kp; p++) {
         if (next0) {
-            _mm_prefetch((const char *)next0 + 64 * p, _MM_HINT_T1);
-            _mm_prefetch((const char *)next1 + 64 * p, _MM_HINT_T1);
+            _mm_prefetch((const char *)next0 + 64 * p, _MM_HINT_NTA);
+            _mm_prefetch((const char *)next1 + 64 * p, _MM_HINT_NTA);
         }
         const __m512bh w0 = (__m512bh)_mm512_load_si512(pw0 + 64 * p);
         const __m512bh w1 = (__m512bh)_mm512_load_si512(pw1 + 64 * p);
@@ -188,7 +188,7 @@ AF_TARGET_BF16 static void b_matmul(const uint8_t *P, int64_t k, const uint8_t *
             const __mmask16 mk = (__mmask16)(nr == 16 ? 0xFFFF : (1u << nr) - 1);
             for (int64_t c0 = 0; c0 < m; c0 += B_TC) {
                 const int nc = m - c0 < B_TC ? (int)(m - c0) : B_TC;
-                /* the next group streams into L2 during the first tokens' pass; past the
+                /* the next group streams in during the first tokens' pass; past the
                  * matrix a prefetch does not fault */
                 b_tile_n(nc, pg, p0, kp, X + (size_t)c0 * xbytes, xbytes,
                          c0 == 0 ? pg + gbytes : NULL, p0 == 0, out + c0 * ldo + r, ldo, mk);

@@ -8,7 +8,7 @@
  * token ran the AVX2 dot, row after row. Here a group of 16 rows is stored as [k][16]: one load
  * (and, for the halves, one conversion) gives the 16 rows' weights at element i, and each token
  * adds them times its x[i] (broadcast) in one FMA, whatever the batch size; the next group
- * streams into L2 while this one is summed.
+ * streams in while this one is summed.
  *
  * Bits. Batches (m >= 2): every output is one FMA chain over k in order from +0,
  * acc = fma(w[r][i], x[j][i], acc), with the k chunks' partial sums parked in out exactly: the
@@ -89,11 +89,12 @@ static size_t f_pack(int kind, const void *W, size_t wbytes, int64_t rows, int64
     return (size_t)ng * gbytes;
 }
 
-/* Prefetch into L2 the line of the next group that holds element i, once per line. */
+/* Prefetch the line of the next group that holds element i, once per line, non-temporal (as
+ * quant_avx512_r16.c does). */
 AF_TARGET_AVX512 static AF_INLINE void f_prefetch(int kind, const uint8_t *next, int64_t i)
 {
     if (next && (kind == K_F32 || (i & 1) == 0))
-        _mm_prefetch((const char *)next + 16 * (int64_t)f_es(kind) * i, _MM_HINT_T1);
+        _mm_prefetch((const char *)next + 16 * (int64_t)f_es(kind) * i, _MM_HINT_NTA);
 }
 
 /* nc (<= 2 F_TC) tokens against one group over the kc elements of a k chunk: pw the group's

@@ -275,7 +275,7 @@ AF_TARGET_AVX512 static AF_INLINE void k_tokens(int kind, int nc, const struct k
         /* An eighth of the block's prefetches a group: issued in one burst, they filled the
          * miss buffers and stalled the loop (15% of a Q6_K batch's samples sat on them). */
         for (size_t l = pf_lines * (size_t)g / 8; l < pf_lines * (size_t)(g + 1) / 8; l++)
-            _mm_prefetch((const char *)pf + 64 * l, _MM_HINT_T1);
+            _mm_prefetch((const char *)pf + 64 * l, _MM_HINT_NTA);
         __m512i T[8];
         k_group(kind, B, ob, g, T);
 #pragma GCC unroll 8
@@ -416,7 +416,7 @@ AF_TARGET_AVX512 static AF_INLINE float k_dot(int kind, int64_t n, const void *w
 }
 
 /* Prefetch block b's share (`per` lines) of the next group's bytes, 16 rows from `next`, one
- * contiguous range of `lines` lines, in address order, into L2 (quant_avx512_r16.c). */
+ * contiguous range of `lines` lines, in address order, non-temporal (quant_avx512_r16.c). */
 static inline size_t k_prefetch_range(size_t lines, size_t per, int64_t b, size_t *l0)
 {
     *l0 = per * (size_t)b;

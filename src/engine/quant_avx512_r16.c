@@ -317,9 +317,10 @@ AF_TARGET_AVX512 static void r_prep_x(uint32_t t, const uint8_t *X, size_t xbyte
 
 /* Prefetch block b's share (`per` lines) of the next group's bytes, 16 rows from `next`, one
  * contiguous range of `lines` lines: in order, so that the reads ahead stream like one row's.
- * Into L2 (T1), not L1: with T0 the few L1 fill buffers held the stream back, and a batch of 8
- * tokens from DRAM ran at 62% of one token's bandwidth (bench/quant -m 8 --copies 32: 147 GFLOP/s
- * with T0, 207-223 with T1 or T2; docs/PERFORMANCE.md). */
+ * Non-temporal (NTA): the weights are read once a step. With T0 the few L1 fill buffers held the
+ * stream back (bench/quant -m 8 --copies 32: 147 GFLOP/s with T0, 207-223 with T1 or T2); NTA
+ * against T1, alternated in one engine: a lone sequence 4-18% faster, eight 1-9%, prefill level
+ * (docs/PERFORMANCE.md). */
 AF_TARGET_AVX512 static AF_INLINE void r_prefetch(const uint8_t *next, size_t lines, size_t per,
                                                   int64_t b)
 {
@@ -329,13 +330,13 @@ AF_TARGET_AVX512 static AF_INLINE void r_prefetch(const uint8_t *next, size_t li
     /* Four a round: a loop of one took a counter, a compare and a branch a prefetch, and a
      * block of 16 Q8_0 rows prefetches 9 lines (A/B, -m 8: Q8_0 3-9% faster, Q5_0 0-5%). */
     for (; n >= 4; n -= 4, p += 256) {
-        _mm_prefetch(p, _MM_HINT_T1);
-        _mm_prefetch(p + 64, _MM_HINT_T1);
-        _mm_prefetch(p + 128, _MM_HINT_T1);
-        _mm_prefetch(p + 192, _MM_HINT_T1);
+        _mm_prefetch(p, _MM_HINT_NTA);
+        _mm_prefetch(p + 64, _MM_HINT_NTA);
+        _mm_prefetch(p + 128, _MM_HINT_NTA);
+        _mm_prefetch(p + 192, _MM_HINT_NTA);
     }
     for (; n; n--, p += 64)
-        _mm_prefetch(p, _MM_HINT_T1);
+        _mm_prefetch(p, _MM_HINT_NTA);
 }
 
 /* nc (<= R_C) tokens against 16 rows over blocks [b0, b0 + kc), transposing as it goes; the
