@@ -299,14 +299,8 @@ AF_TARGET_AVX2 static AF_INLINE void scores_x(int f16, int64_t len, int64_t hd, 
         float *const *sg = sc + g0;
         int64_t t = 0;
         for (; t + 32 <= len; t += 32) {
-            /* the next tile's blocks (the last repeated where it has one), first rows only */
-            const void *next[2], *const *kn = NULL;
-            const int64_t nblk = (len + 15) / 16, b1 = (t + 32) / 16;
-            if (g0 == 0 && b1 < nblk) {
-                for (int v = 0; v < 2; v++)
-                    next[v] = kb[b1 + v < nblk ? b1 + v : nblk - 1];
-                kn = next;
-            }
+            const void *next[2]; /* requested by the first rows only */
+            const void *const *kn = g0 == 0 ? quant_next_tile(kb, len, t + 32, 2, next) : NULL;
             SCORES_ROWS(2, 16)
         }
         for (; t < len; t += 16) {

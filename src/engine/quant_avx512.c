@@ -203,14 +203,8 @@ AF_TARGET_AVX512 static AF_INLINE void scores_x(int f16, int64_t len, int64_t hd
         float *const *sg = sc + g0;
         int64_t t = 0;
         for (; t + 64 <= len; t += 64) {
-            /* the next tile's blocks (the last repeated where it has fewer), first rows only */
-            const void *next[4], *const *kn = NULL;
-            const int64_t nblk = (len + 15) / 16, b1 = (t + 64) / 16;
-            if (g0 == 0 && b1 < nblk) {
-                for (int v = 0; v < 4; v++)
-                    next[v] = kb[b1 + v < nblk ? b1 + v : nblk - 1];
-                kn = next;
-            }
+            const void *next[4]; /* requested by the first rows only */
+            const void *const *kn = g0 == 0 ? quant_next_tile(kb, len, t + 64, 4, next) : NULL;
             SCORES_ROWS(4, 0xFFFF)
         }
         for (; t < len; t += 16) {

@@ -320,4 +320,18 @@ float quant_ref_vec_dot(uint32_t t, int64_t n, const void *w, const void *x);
 void quant_matmul_loop(quant_vec_dot_fn dot, const void *W, size_t wbytes, int64_t k, const void *X,
                        size_t xbytes, int64_t m, float *out, int64_t ldo, int64_t r0, int64_t r1);
 
+/* The attention scores kernels' look-ahead: the key blocks (16 positions each) of the tile of nb
+ * blocks that starts at position t1 of a call over len positions, into next[0..nb-1] (the last
+ * block repeated where the tile has fewer); NULL when no block starts there. */
+static inline const void *const *quant_next_tile(const void *const *kb, int64_t len, int64_t t1,
+                                                 int nb, const void **next)
+{
+    const int64_t nblk = (len + 15) / 16, b1 = t1 / 16;
+    if (b1 >= nblk)
+        return NULL;
+    for (int v = 0; v < nb; v++)
+        next[v] = kb[b1 + v < nblk ? b1 + v : nblk - 1];
+    return next;
+}
+
 #endif
