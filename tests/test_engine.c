@@ -1089,7 +1089,17 @@ static void test_bad_calls(void **state)
 }
 
 /* Rewrites the tiny model with one fault, then checks the load fails naming it. */
-enum fault { F_MISSING, F_SHAPE, F_NAN, F_NAN_W, F_ARCH, F_NO_HPARAM, F_BAD_VOCAB, F_HUGE };
+enum fault {
+    F_MISSING,
+    F_SHAPE,
+    F_NAN,
+    F_NAN_W,
+    F_ARCH,
+    F_NO_HPARAM,
+    F_BAD_VOCAB,
+    F_HUGE,
+    F_HUGE_HEAD
+};
 
 static int write_faulty(const char *dst, enum fault f)
 {
@@ -1123,6 +1133,14 @@ static int write_faulty(const char *dst, enum fault f)
             poison = malloc(t->nbytes);
             for (size_t k = 0; k < t->nbytes / sizeof *poison; k++)
                 poison[k] = k % 2 ? 3e38f : -3e38f;
+            data = poison;
+        }
+        if (f == F_HUGE_HEAD && !strcmp(name, "token_embd.weight")) {
+            /* the tied head's rows 16 and up overflow; the prompt's tokens (1-3) do not */
+            poison = malloc(t->nbytes);
+            memcpy(poison, t->data, t->nbytes);
+            for (size_t k = 16 * (size_t)ne[0]; k < t->nbytes / sizeof *poison; k++)
+                poison[k] = 3e38f;
             data = poison;
         }
         if ((f == F_NAN && !strcmp(name, "blk.1.attn_norm.weight")) ||
@@ -1258,6 +1276,37 @@ static void test_overflowing_weights(void **state)
     assert_non_null(strstr(pr.err, "blk.0"));
     assert_int_equal(strspn(pr.out, "\n"), strlen(pr.out)); /* nothing generated */
     proc_result_deinit(&pr);
+    unlink(dst);
+}
+
+/* Head rows of 3e38 overflow only in the output head: logits (a prompt's pass) and generation
+ * (the scheduler's decode steps) fail naming it. The threads that write the logits check them. */
+static void test_overflowing_head(void **state)
+{
+    (void)state;
+    char dst[300], err[1024];
+    snprintf(dst, sizeof dst, "%s.hugehead.gguf", tiny_path);
+    assert_int_equal(write_faulty(dst, F_HUGE_HEAD), 0);
+    struct af_engine_params ep = af_engine_default_params();
+    ep.n_threads = 2;
+    ep.n_ctx = 256;
+    struct af_engine *e = NULL;
+    if (af_engine_load(dst, &ep, &e, err, sizeof err))
+        fail_msg("%s", err);
+    int32_t ids[3] = {1, 2, 3};
+    float *lg = malloc((size_t)af_engine_n_vocab(e) * sizeof *lg);
+    err[0] = '\0';
+    assert_int_equal(af_engine_logits(e, ids, 3, 0, lg, err, sizeof err), AF_EPARSE);
+    assert_non_null(strstr(err, "output head"));
+    free(lg);
+    struct af_engine_gen_params gp = af_engine_default_gen_params();
+    gp.max_tokens = 4;
+    struct af_engine_result r;
+    err[0] = '\0';
+    assert_int_equal(af_engine_generate(e, ids, 3, &gp, &r, err, sizeof err), AF_EPARSE);
+    assert_non_null(strstr(err, "output head"));
+    af_engine_result_deinit(&r);
+    af_engine_free(e);
     unlink(dst);
 }
 
@@ -1744,6 +1793,7 @@ int main(void)
         cmocka_unit_test(test_cli_model),
         cmocka_unit_test(test_llm_backend),
         cmocka_unit_test(test_overflowing_weights),
+        cmocka_unit_test(test_overflowing_head),
         cmocka_unit_test(test_vocab_rows_mismatch),
     };
     return cmocka_run_group_tests(tests, make_tiny, drop_tiny);

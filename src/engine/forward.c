@@ -152,6 +152,27 @@ int64_t fwd_ctx_max_ctx(const struct fwd_ctx *c)
 
 /* ---- Ops -------------------------------------------------------------------------------- */
 
+/* In fixed chunks without an early exit, which -O2 vectorises (the residual rows after each
+ * layer; the head's logits, a chunk of rows at a time as each thread writes them). */
+static int all_finite(const float *x, int64_t n)
+{
+    int64_t i = 0;
+    for (; i + 1024 <= n; i += 1024) {
+        uint32_t bad = 0;
+        for (int k = 0; k < 1024; k++) {
+            uint32_t b;
+            memcpy(&b, &x[i + k], sizeof b);
+            bad |= (b & 0x7f800000u) == 0x7f800000u;
+        }
+        if (bad)
+            return 0;
+    }
+    for (; i < n; i++)
+        if (!isfinite(x[i]))
+            return 0;
+    return 1;
+}
+
 struct mm_job {
     const struct weight *w[MM_MAX]; /* weights with the same n_in and activation type */
     float *out[MM_MAX];
@@ -163,6 +184,8 @@ struct mm_job {
     int64_t first[MM_MAX + 1], per[MM_MAX]; /* weight i's chunks: [first[i], first[i + 1]) */
     _Atomic int64_t next;                   /* the next row to prepare */
     int n_parts;
+    int check;       /* look for NaN or Inf in each chunk's outputs, while they are in cache */
+    _Atomic int bad; /* one was found */
     /* Thread t's own share of the chunks, a contiguous run that it takes in order (so that it
      * streams one range of the weights, on a counter no other thread touches), before it helps
      * with the others' rest. On one shared counter finer chunks decoded slower (the threads
@@ -204,9 +227,17 @@ static void mm_chunks(void *arg, int tid, int nth)
                                                               jb->out[i], w->n_out, r0, r1) == 0))
                 quant_matmul(w->type, w->data, w->n_in, jb->qb, jb->nb, jb->out[i], w->n_out, r0,
                              r1);
+            for (int64_t j = 0; jb->check && j < jb->nb_in; j++)
+                if (!all_finite(jb->out[i] + j * w->n_out + r0, r1 - r0))
+                    atomic_store(&jb->bad, 1);
         }
     }
 }
+
+enum {
+    MM_CHECK = 1,   /* look for NaN or Inf in the outputs: 1 if one is found */
+    MM_PREPARED = 2 /* c->qbuf already holds x prepared for ws[0] (silu_rows) */
+};
 
 /* outs[i][j][r] = ws[i] row r . x[j] for nb rows of x (n_in floats each), out rows of each
  * weight's n_out floats, for n (<= MM_MAX) weights that read the same x (q, k and v; gate
@@ -214,16 +245,17 @@ static void mm_chunks(void *arg, int tid, int nth)
  * pool run, so a small weight (k and v are 128 rows in Qwen2.5-0.5B) costs no hand-off of its
  * own. Each output's bits are those of a matmul of its weight alone (no kernel's bits depend
  * on the row split). Weights whose inputs are prepared differently run one after another. */
-static void matmul_n(struct fwd_ctx *c, int n, const struct weight *const *ws, const float *x,
-                     int64_t nb, float *const *outs)
+static int matmul_run(struct fwd_ctx *c, int n, const struct weight *const *ws, const float *x,
+                      int64_t nb, float *const *outs, int flags)
 {
     assert(n >= 1 && n <= MM_MAX);
     const uint32_t vt = quant_vec_dot_type(ws[0]->type);
     for (int i = 1; i < n; i++)
         if (quant_vec_dot_type(ws[i]->type) != vt || ws[i]->n_in != ws[0]->n_in) {
+            int bad = 0;
             for (int k = 0; k < n; k++)
-                matmul_n(c, 1, &ws[k], x, nb, &outs[k]);
-            return;
+                bad |= matmul_run(c, 1, &ws[k], x, nb, &outs[k], flags & MM_CHECK);
+            return bad;
         }
     const size_t rb = quant_row_bytes(vt, ws[0]->n_in);
     const int nt = c->n_threads;
@@ -233,7 +265,13 @@ static void matmul_n(struct fwd_ctx *c, int n, const struct weight *const *ws, c
     for (int i = 0; i < n; i++)
         m1_same = m1_same && quant_matmul_m1_invariant(ws[i]->type);
     const int pad = c->invariant && nb == 1 && !m1_same;
-    struct mm_job job = {.n = n, .x = x, .nb = pad ? 2 : nb, .nb_in = nb, .qb = c->qbuf, .rb = rb};
+    struct mm_job job = {.n = n,
+                         .x = x,
+                         .nb = pad ? 2 : nb,
+                         .nb_in = nb,
+                         .qb = c->qbuf,
+                         .rb = rb,
+                         .check = flags & MM_CHECK};
     /* Contiguous row ranges, 16-row aligned, in one share per thread; a thread that the VM's
      * host pauses does not hold the others up: they take the rest of its share. */
     const int used = nt < tpool_threads(c->pool) ? nt : tpool_threads(c->pool);
@@ -252,10 +290,14 @@ static void matmul_n(struct fwd_ctx *c, int n, const struct weight *const *ws, c
     }
     /* A decode step's rows (up to 64K activations) are prepared on this thread, faster with the
      * AVX-512 conversions than a hand-off to the workers and the wait for them. */
-    if (job.nb * ws[0]->n_in <= 65536)
+    if (flags & MM_PREPARED) {
+        if (pad) /* the lone row again, as mm_prepare makes it */
+            memcpy(job.qb + rb, job.qb, rb);
+    } else if (job.nb * ws[0]->n_in <= 65536) {
         mm_prepare(&job, 0, 1);
-    else
+    } else {
         tpool_run(c->pool, nt, mm_prepare, &job);
+    }
     job.n_parts = used < MM_PARTS ? used : MM_PARTS;
     const int64_t total = job.first[n];
     for (int q = 0; q < job.n_parts; q++) {
@@ -266,6 +308,13 @@ static void matmul_n(struct fwd_ctx *c, int n, const struct weight *const *ws, c
     if (pad)
         for (int i = 0; i < n; i++)
             memcpy(outs[i], job.out[i], (size_t)ws[i]->n_out * sizeof *outs[i]);
+    return atomic_load(&job.bad);
+}
+
+static void matmul_n(struct fwd_ctx *c, int n, const struct weight *const *ws, const float *x,
+                     int64_t nb, float *const *outs)
+{
+    matmul_run(c, n, ws, x, nb, outs, 0);
 }
 
 /* out[j][r] = W row r . x[j] for nb rows of x (n_in floats each); out rows of n_out floats. */
@@ -556,9 +605,14 @@ static void store_kv(struct fwd_ctx *fc, int64_t il, int64_t nb, const float *k,
         if (s->pool->f16) { /* rounded to nearest even once, here, as ggml's F16 cache */
             uint16_t *vt = kv_block_kv(s->pool, blk, il, 1);
             uint16_t *kt = kv_block_kv(s->pool, blk, il, 0);
-            for (int64_t d = 0; d < kvd; d++) {
-                vt[((d / hd) * KV_BLOCK + o) * hd + d % hd] = quant_f32_to_f16(v[j * kvd + d]);
-                kt[d * KV_BLOCK + o] = quant_f32_to_f16(k[j * kvd + d]);
+            for (int64_t h = 0; h < kvd / hd; h++)
+                quant_f32_to_f16_row(v + j * kvd + h * hd, vt + (h * KV_BLOCK + o) * hd, hd);
+            uint16_t kh[256];
+            for (int64_t d0 = 0; d0 < kvd; d0 += 256) {
+                const int64_t n = kvd - d0 < 256 ? kvd - d0 : 256;
+                quant_f32_to_f16_row(k + j * kvd + d0, kh, n);
+                for (int64_t d = 0; d < n; d++)
+                    kt[(d0 + d) * KV_BLOCK + o] = kh[d];
             }
             continue;
         }
@@ -577,6 +631,9 @@ struct silu_job {
     float *gate;
     const float *up;
     int64_t nb;
+    uint32_t down_type; /* each row is then prepared for ffn_down, still in cache, into qb */
+    char *qb;
+    size_t rb;
     _Atomic int64_t next;
 };
 
@@ -585,8 +642,11 @@ static void silu_rows(void *arg, int tid, int nth)
     (void)tid;
     (void)nth;
     struct silu_job *jb = arg;
-    for (int64_t j; (j = atomic_fetch_add(&jb->next, 1)) < jb->nb;)
+    for (int64_t j; (j = atomic_fetch_add(&jb->next, 1)) < jb->nb;) {
         jb->fn(jb->ff, jb->gate + j * jb->ff, jb->up + j * jb->ff);
+        quant_prepare_act(jb->down_type, jb->gate + j * jb->ff, jb->qb + (size_t)j * jb->rb,
+                          jb->ff);
+    }
 }
 
 static void layer(struct fwd_ctx *c, int64_t il, int64_t nb)
@@ -619,9 +679,20 @@ static void layer(struct fwd_ctx *c, int64_t il, int64_t nb)
     lora_add(c, il, LORA_GATE, c->xn, nb, c->gate);
     lora_add(c, il, LORA_UP, c->xn, nb, c->up);
     const quant_silu_mul_fn silu_mul = quant_silu_mul_kernel();
-    struct silu_job sj = {.fn = silu_mul, .ff = ff, .gate = c->gate, .up = c->up, .nb = nb};
-    tpool_run(c->pool, nb >= 4 ? c->n_threads : 1, silu_rows, &sj);
-    matmul(c, &ly->w_down, c->gate, nb, c->xn);
+    /* ffn_down's activations are prepared here, on all threads (a decode step prepared them
+     * on one, 1.3% of its time with the other thread idle) */
+    const struct weight *down = &ly->w_down;
+    const uint32_t vt = quant_vec_dot_type(down->type);
+    struct silu_job sj = {.fn = silu_mul,
+                          .ff = ff,
+                          .gate = c->gate,
+                          .up = c->up,
+                          .nb = nb,
+                          .down_type = down->type,
+                          .qb = c->qbuf,
+                          .rb = quant_row_bytes(vt, ff)};
+    tpool_run(c->pool, nb >= 2 ? c->n_threads : 1, silu_rows, &sj);
+    matmul_run(c, 1, &down, c->gate, nb, &c->xn, MM_PREPARED);
     lora_add(c, il, LORA_DOWN, c->gate, nb, c->xn);
     add_rows(c->x, c->xn, nb * d);
 }
@@ -634,34 +705,25 @@ static void embed(struct fwd_ctx *c, const int32_t *tokens, int64_t nb)
                              c->x + j * e->n_in, e->n_in);
 }
 
-/* Final norm and output head for rows [first, nb) of the micro-batch. */
-static void head(struct fwd_ctx *c, int64_t first, int64_t nb, float *logits)
+/* Final norm and output head for rows [first, nb) of the micro-batch, the logits checked the
+ * way the layers are (weights that overflow give NaN or Inf): an error naming the head, never
+ * logits printed as -nan or sampled into garbage. The threads check their own chunks as they
+ * write them: eight rows of logits are 4.9 MB, a pass that one thread took alone (2% of the
+ * scheduler thread's time in a decode of eight, with the other thread idle). */
+static int head(struct fwd_ctx *c, int64_t first, int64_t nb, float *logits, char *err,
+                size_t errlen)
 {
     const struct model *m = c->m;
     const int64_t d = m->hp.n_embd;
     rms_norm(c->x + first * d, &m->output_norm, m->hp.rms_eps, d, nb - first, c->xn);
-    matmul(c, &m->output, c->xn, nb - first, logits);
-}
-
-/* In fixed chunks without an early exit, which -O2 vectorises (eight rows of logits are 1.2M
- * floats a decode step). */
-static int all_finite(const float *x, int64_t n)
-{
-    int64_t i = 0;
-    for (; i + 1024 <= n; i += 1024) {
-        uint32_t bad = 0;
-        for (int k = 0; k < 1024; k++) {
-            uint32_t b;
-            memcpy(&b, &x[i + k], sizeof b);
-            bad |= (b & 0x7f800000u) == 0x7f800000u;
-        }
-        if (bad)
-            return 0;
-    }
-    for (; i < n; i++)
-        if (!isfinite(x[i]))
-            return 0;
-    return 1;
+    const struct weight *w = &m->output;
+    if (!matmul_run(c, 1, &w, c->xn, nb - first, &logits, MM_CHECK))
+        return AF_OK;
+    af_errf(err, errlen,
+            "%s: the output head (output_norm, output.weight) produced NaN or Inf logits: its "
+            "weights overflow float arithmetic",
+            m->path);
+    return AF_EPARSE;
 }
 
 /* Runs every layer on the micro-batch, checking the residual stream after each: weights that
@@ -682,19 +744,6 @@ static int layers_checked(struct fwd_ctx *c, int64_t nb, char *err, size_t errle
         }
     }
     return AF_OK;
-}
-
-/* The logits rows just computed, checked the same way (output_norm, output.weight). */
-static int logits_checked(const struct fwd_ctx *c, const float *logits, int64_t rows, char *err,
-                          size_t errlen)
-{
-    if (all_finite(logits, rows * c->m->hp.n_vocab))
-        return AF_OK;
-    af_errf(err, errlen,
-            "%s: the output head (output_norm, output.weight) produced NaN or Inf logits: its "
-            "weights overflow float arithmetic",
-            c->m->path);
-    return AF_EPARSE;
 }
 
 int fwd_eval(struct fwd_ctx *c, struct kv_seq *s, const int32_t *tokens, int64_t n,
@@ -733,11 +782,9 @@ int fwd_eval(struct fwd_ctx *c, struct kv_seq *s, const int32_t *tokens, int64_t
         s->n += nb;
         if (want == FWD_LOGITS_ALL) {
             float *rows = logits + (size_t)done * (size_t)hp->n_vocab;
-            head(c, 0, nb, rows);
-            rc = logits_checked(c, rows, nb, err, errlen);
+            rc = head(c, 0, nb, rows, err, errlen);
         } else if (want == FWD_LOGITS_LAST && done + nb == n) {
-            head(c, nb - 1, nb, logits);
-            rc = logits_checked(c, logits, 1, err, errlen);
+            rc = head(c, nb - 1, nb, logits, err, errlen);
         }
         if (rc)
             return rc;
@@ -803,6 +850,5 @@ int fwd_eval_rows(struct fwd_ctx *c, struct kv_seq *const *seqs, const int32_t *
     }
     if (logits_from == n)
         return AF_OK;
-    head(c, logits_from, n, logits);
-    return logits_checked(c, logits, n - logits_from, err, errlen);
+    return head(c, logits_from, n, logits, err, errlen);
 }

@@ -189,6 +189,16 @@ void quant_prepare_act(uint32_t t, const float *src, void *dst, int64_t n)
         quant_quantize_row(vt, src, dst, n);
 }
 
+void quant_f32_to_f16_row(const float *src, uint16_t *dst, int64_t n)
+{
+    if (kernels()->act_f16) {
+        kernels()->act_f16(src, dst, n);
+        return;
+    }
+    for (int64_t i = 0; i < n; i++)
+        dst[i] = quant_f32_to_f16(src[i]);
+}
+
 quant_scale_max_fn quant_scale_max_kernel(void)
 {
     return kernels()->scale_max;
@@ -234,7 +244,7 @@ int quant_matmul_ranges_per_thread(uint32_t t, int64_t m)
     const int packs = fl && !rows16;
     if (m >= 2 && packs)
         return 1;
-    return m <= 2 ? 16 : 4;
+    return m <= 16 ? 16 : 4;
 }
 
 size_t quant_packed_bytes(uint32_t t, int64_t rows, int64_t k)
