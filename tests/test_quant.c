@@ -754,7 +754,8 @@ static void test_avx512_batch_invariant(void **state)
  * split at multiples of 16; 37 rows pad the last group; F16's k of 523 spans two k chunks and
  * m = 67 two token blocks. Under another ISA it declines (-1). */
 /* The AVX2 and AVX-512 activation conversions write the reference's bytes: Gaussian rows at
- * several scales, a block of zeros, ties of opposite sign for Q8_K's pick, halves to round. */
+ * several scales, a block of zeros, ties of opposite sign for Q8_K's pick, halves to round,
+ * Q8_0 block scales at F16's edges (subnormal, rounded to zero, over its range). */
 static void test_act_bytes(void **state)
 {
     (void)state;
@@ -772,6 +773,9 @@ static void test_act_bytes(void **state)
         if (rep % 5 == 3)
             for (int64_t i = 0; i < 64; i++)
                 x[i] = (float)(i % 9) - 4.5f; /* exact halves after scaling by 127/amax */
+        if (rep % 5 == 4) /* Q8_0 scales that are F16 subnormals, zero after rounding, or Inf */
+            for (int64_t i = 0; i < 96; i++)
+                x[512 + i] *= i < 32 ? 1e-5f : i < 64 ? 1e-10f : 1e6f;
         for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
             const size_t rb = quant_row_bytes(quant_vec_dot_type(types[ti]), k);
             char *a = malloc(rb), *b = malloc(rb);
