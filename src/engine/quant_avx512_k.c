@@ -415,7 +415,7 @@ AF_TARGET_AVX512 static AF_INLINE float k_dot(int kind, int64_t n, const void *w
     return _mm_cvtss_f32(acc);
 }
 
-/* Prefetch block b's share (`per` lines) of the next group's bytes, 16 rows from `next`, one
+/* Prefetch block b's share (`per` lines) of a group's worth from `next` (quant_prefetch_ahead), one
  * contiguous range of `lines` lines, in address order, non-temporal (quant_avx512_r16.c). */
 static inline size_t k_prefetch_range(size_t lines, size_t per, int64_t b, size_t *l0)
 {
@@ -590,7 +590,8 @@ AF_TARGET_AVX512 static AF_INLINE void k_pblock(int kind, const uint8_t *og, int
 /* The blocks [b0, b0 + kc) of one group against the token chunk (tc tokens): each block
  * unpacked once into B, from the rows rp or from the packed group og, and met by every token;
  * or with fused (a constant) its levels made from og by the tokens' passes (k_group). next,
- * lines: the next group's bytes, prefetched a share a block. */
+ * lines: where the prefetches start (the next group's rows, or quant_prefetch_ahead past og's
+ * start) and a group's worth of lines, a share a block. */
 AF_TARGET_AVX512 static AF_INLINE void k_blocks(int kind, int fused, const uint8_t *const *rp,
                                                 const uint8_t *og, const uint8_t *next,
                                                 size_t lines, int64_t b0, int64_t kc,
@@ -673,7 +674,8 @@ AF_TARGET_AVX512 static AF_INLINE void k_matmul(int kind, quant_vec_dot_fn dot, 
                 const uint8_t *rp[16], *og = Pb ? Pb + (size_t)(r / 16) * gbytes : NULL;
                 for (int j = 0; j < 16; j++) /* rows past the end repeat the last, not stored */
                     rp[j] = og ? og : Wb + (size_t)(r + (j < nr ? j : nr - 1)) * wbytes;
-                const uint8_t *next = og ? og + gbytes : Wb + (size_t)(r + 16) * wbytes;
+                const uint8_t *next =
+                    og ? og + quant_prefetch_ahead(gbytes) : Wb + (size_t)(r + 16) * wbytes;
                 k_run(kind, rp, og, next, (og ? gbytes : 16 * wbytes) / 64, nr, b0, kc, Xc, xbytes,
                       tc, &xs, b0 == 0, out + j0 * ldo + r, ldo);
             }

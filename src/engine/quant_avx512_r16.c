@@ -359,8 +359,9 @@ AF_TARGET_AVX512 static void r_prep_x(uint32_t t, const uint8_t *X, size_t xbyte
     }
 }
 
-/* Prefetch block b's share (`per` lines) of the next group's bytes, 16 rows from `next`, one
- * contiguous range of `lines` lines: in order, so that the reads ahead stream like one row's.
+/* Prefetch block b's share (`per` lines) of a group's worth of `lines` lines from `next` (the
+ * next group's bytes, or with packed groups quant_prefetch_ahead past this one's start), one
+ * contiguous range: in order, so that the reads ahead stream like one row's.
  * Non-temporal (NTA): the weights are read once a step. With T0 the few L1 fill buffers held the
  * stream back (bench/quant -m 8 --copies 32: 147 GFLOP/s with T0, 207-223 with T1 or T2); NTA
  * against T1, alternated in one engine: a lone sequence 4-18% faster, eight 1-9%, prefill level
@@ -668,6 +669,7 @@ AF_TARGET_AVX512 static AF_INLINE void r_pmatmul(uint32_t t, const void *P, int6
 {
     const int64_t nb = k / QK;
     const size_t gbytes = r_pgroup(t, nb), lines = gbytes / 64;
+    const size_t ahead = quant_prefetch_ahead(gbytes);
     struct r_x xs;
     const uint8_t *Xb = X, *Pb = P;
     (void)rows;
@@ -688,7 +690,7 @@ AF_TARGET_AVX512 static AF_INLINE void r_pmatmul(uint32_t t, const void *P, int6
                     const int nc = tc - c0 < R_C ? (int)(tc - c0) : R_C;
                     float *oc = out + (j0 + c0) * ldo + r;
 #define R_PFLY(n)                                                                                  \
-    r_pfly(t, n, pg, pg + gbytes, lines, per, b0, kc, Xc + (size_t)c0 * xbytes, xbytes, &xs, c0,   \
+    r_pfly(t, n, pg, pg + ahead, lines, per, b0, kc, Xc + (size_t)c0 * xbytes, xbytes, &xs, c0,    \
            b0 == 0, oc, ldo, mk)
                     QUANT_NC_CASES(R_PFLY)
 #undef R_PFLY

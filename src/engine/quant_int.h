@@ -320,6 +320,19 @@ float quant_ref_vec_dot(uint32_t t, int64_t n, const void *w, const void *x);
 void quant_matmul_loop(quant_vec_dot_fn dot, const void *W, size_t wbytes, int64_t k, const void *X,
                        size_t xbytes, int64_t m, float *out, int64_t ldo, int64_t r0, int64_t r1);
 
+/* How far ahead of a packed 16-row group's reads its kernel prefetches the weight stream (the
+ * groups lie end to end, so this is one linear stream): the group's own size, so that each block
+ * requests its share of the next group, up to 16 KiB; past that, 12 KiB. The prefetches are
+ * non-temporal, into L1 (48 KiB on Zen 5): a whole group ahead, a long row's group (Q6_K at k =
+ * 4,864: 66 KiB) pushed its early lines out before they were read. bench/quant from DRAM, 2
+ * threads, k = 4,864, against a group ahead: Q6_K 1.24-1.29x at m = 1, 1.17-1.26x at m = 8;
+ * Q4_K 1.09-1.13x / 1.09-1.15x; Q8_0 1.26x / 1.14x; Q5_0 1.08x / 1.06x. At k = 896 (15 KiB
+ * Q8_0 groups) 12 KiB was level or 3% slower, so short groups keep a group. */
+static inline size_t quant_prefetch_ahead(size_t gbytes)
+{
+    return gbytes <= 16384 ? gbytes : 12288;
+}
+
 /* The attention scores kernels' look-ahead: the key blocks (16 positions each) of the tile of nb
  * blocks that starts at position t1 of a call over len positions, into next[0..nb-1] (the last
  * block repeated where the tile has fewer); NULL when no block starts there. */
