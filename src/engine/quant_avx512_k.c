@@ -674,8 +674,10 @@ AF_TARGET_AVX512 static AF_INLINE void k_matmul(int kind, quant_vec_dot_fn dot, 
                 const uint8_t *rp[16], *og = Pb ? Pb + (size_t)(r / 16) * gbytes : NULL;
                 for (int j = 0; j < 16; j++) /* rows past the end repeat the last, not stored */
                     rp[j] = og ? og : Wb + (size_t)(r + (j < nr ? j : nr - 1)) * wbytes;
-                const uint8_t *next =
-                    og ? og + quant_prefetch_ahead(gbytes) : Wb + (size_t)(r + 16) * wbytes;
+                /* with k in chunks the next group's chunk comes next, not this group's rest */
+                const uint8_t *next = !og           ? Wb + (size_t)(r + 16) * wbytes
+                                      : nb <= kcmax ? og + quant_prefetch_ahead(gbytes)
+                                                    : og + gbytes;
                 k_run(kind, rp, og, next, (og ? gbytes : 16 * wbytes) / 64, nr, b0, kc, Xc, xbytes,
                       tc, &xs, b0 == 0, out + j0 * ldo + r, ldo);
             }

@@ -669,12 +669,14 @@ AF_TARGET_AVX512 static AF_INLINE void r_pmatmul(uint32_t t, const void *P, int6
 {
     const int64_t nb = k / QK;
     const size_t gbytes = r_pgroup(t, nb), lines = gbytes / 64;
-    const size_t ahead = quant_prefetch_ahead(gbytes);
     struct r_x xs;
     const uint8_t *Xb = X, *Pb = P;
     (void)rows;
     const int64_t tcmax = m <= R_FLY_MAX ? R_FLY_MAX : R_TC;
     const int64_t kcmax = m <= R_FLY_MAX ? R_XN / R_FLY_MAX : R_KC;
+    /* Split in k chunks, a group's chunk is followed by the next group's, not by its own rest:
+     * the next group's bytes, then, as before */
+    const size_t ahead = nb <= kcmax ? quant_prefetch_ahead(gbytes) : gbytes;
     for (int64_t j0 = 0; j0 < m; j0 += tcmax) {
         const int64_t tc = m - j0 < tcmax ? m - j0 : tcmax;
         const uint8_t *Xc = Xb + (size_t)j0 * xbytes;
