@@ -1238,14 +1238,11 @@ static void test_malformed_models(void **state)
 
 static struct proc_result cli(const char *const *args);
 
-/* Weights of 3e38 pass the load (they are finite) but overflow at run time: logits and
- * generation fail naming the layer, and the CLI prints no NaN and no bytes of garbage. */
-static void test_overflowing_weights(void **state)
+/* Loads dst (2 threads): logits of a 3-token prompt and a generation both fail with AF_EPARSE,
+ * their messages holding want_logits and want_gen. */
+static void expect_overflow(const char *dst, const char *want_logits, const char *want_gen)
 {
-    (void)state;
-    char dst[300], err[1024];
-    snprintf(dst, sizeof dst, "%s.huge.gguf", tiny_path);
-    assert_int_equal(write_faulty(dst, F_HUGE), 0);
+    char err[1024];
     struct af_engine_params ep = af_engine_default_params();
     ep.n_threads = 2;
     ep.n_ctx = 256;
@@ -1256,16 +1253,27 @@ static void test_overflowing_weights(void **state)
     float *lg = malloc((size_t)af_engine_n_vocab(e) * sizeof *lg);
     err[0] = '\0';
     assert_int_equal(af_engine_logits(e, ids, 3, 0, lg, err, sizeof err), AF_EPARSE);
-    assert_non_null(strstr(err, "layer 0 (blk.0.*)"));
+    assert_non_null(strstr(err, want_logits));
     free(lg);
     struct af_engine_gen_params gp = af_engine_default_gen_params();
     gp.max_tokens = 4;
     struct af_engine_result r;
     err[0] = '\0';
     assert_int_equal(af_engine_generate(e, ids, 3, &gp, &r, err, sizeof err), AF_EPARSE);
-    assert_non_null(strstr(err, "blk.0"));
+    assert_non_null(strstr(err, want_gen));
     af_engine_result_deinit(&r);
     af_engine_free(e);
+}
+
+/* Weights of 3e38 pass the load (they are finite) but overflow at run time: logits and
+ * generation fail naming the layer, and the CLI prints no NaN and no bytes of garbage. */
+static void test_overflowing_weights(void **state)
+{
+    (void)state;
+    char dst[300];
+    snprintf(dst, sizeof dst, "%s.huge.gguf", tiny_path);
+    assert_int_equal(write_faulty(dst, F_HUGE), 0);
+    expect_overflow(dst, "layer 0 (blk.0.*)", "blk.0");
     struct proc_result pr = cli((const char *[]){"model", "logits", dst, "--prompt", "hi", NULL});
     assert_int_equal(pr.exit_code, 4);
     assert_null(strstr(pr.out, "nan"));
@@ -1284,29 +1292,10 @@ static void test_overflowing_weights(void **state)
 static void test_overflowing_head(void **state)
 {
     (void)state;
-    char dst[300], err[1024];
+    char dst[300];
     snprintf(dst, sizeof dst, "%s.hugehead.gguf", tiny_path);
     assert_int_equal(write_faulty(dst, F_HUGE_HEAD), 0);
-    struct af_engine_params ep = af_engine_default_params();
-    ep.n_threads = 2;
-    ep.n_ctx = 256;
-    struct af_engine *e = NULL;
-    if (af_engine_load(dst, &ep, &e, err, sizeof err))
-        fail_msg("%s", err);
-    int32_t ids[3] = {1, 2, 3};
-    float *lg = malloc((size_t)af_engine_n_vocab(e) * sizeof *lg);
-    err[0] = '\0';
-    assert_int_equal(af_engine_logits(e, ids, 3, 0, lg, err, sizeof err), AF_EPARSE);
-    assert_non_null(strstr(err, "output head"));
-    free(lg);
-    struct af_engine_gen_params gp = af_engine_default_gen_params();
-    gp.max_tokens = 4;
-    struct af_engine_result r;
-    err[0] = '\0';
-    assert_int_equal(af_engine_generate(e, ids, 3, &gp, &r, err, sizeof err), AF_EPARSE);
-    assert_non_null(strstr(err, "output head"));
-    af_engine_result_deinit(&r);
-    af_engine_free(e);
+    expect_overflow(dst, "output head", "output head");
     unlink(dst);
 }
 

@@ -280,6 +280,24 @@ AF_TARGET_AVX512 static AF_INLINE __m512 r_token(const __m512i T[8], __m512 dw, 
     return _mm512_fmadd_ps(_mm512_mul_ps(dw, _mm512_set1_ps(dx)), _mm512_cvtepi32_ps(q), acc);
 }
 
+/* The sums of the 8 dwords of each half of p[j] (p[j] = [item j | item j + 8]) into lane j
+ * (j + 8) of the result, by a tree of unpacks and adds (14 shuffles against a transpose's 24). */
+AF_TARGET_AVX512 static AF_INLINE __m512i r_lane_sums(const __m512i p[8])
+{
+    __m512i u[4];
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; k++)
+        u[k] = _mm512_add_epi32(_mm512_unpacklo_epi32(p[2 * k], p[2 * k + 1]),
+                                _mm512_unpackhi_epi32(p[2 * k], p[2 * k + 1]));
+    /* v0 (v1): per 128-bit lane, items 0-3 (4-7) over dwords 0-3, the same over 4-7, items
+     * 8-11 (12-15) over 0-3, over 4-7. */
+    const __m512i v0 =
+        _mm512_add_epi32(_mm512_unpacklo_epi64(u[0], u[1]), _mm512_unpackhi_epi64(u[0], u[1]));
+    const __m512i v1 =
+        _mm512_add_epi32(_mm512_unpacklo_epi64(u[2], u[3]), _mm512_unpackhi_epi64(u[2], u[3]));
+    return _mm512_add_epi32(q16_lo(v0, v1), q16_hi(v0, v1));
+}
+
 /* One token's exact block sums against block b of the 16 rows, without the transpose: each
  * register of two rows meets the token's block twice, and a tree of unpacks and adds sums each
  * row's 8 lanes (14 shuffles against the transpose's 24, which only pays with 2+ tokens). The
@@ -288,23 +306,12 @@ AF_TARGET_AVX512 static AF_INLINE __m512i r_sums1(uint32_t t, const uint8_t *con
                                                   const int8_t *xq, int32_t corr)
 {
     const __m512i xx = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)xq));
-    __m512i a[8], p[8], u[4];
+    __m512i a[8], p[8];
     r_pairs(t, rp, b, a);
 #pragma GCC unroll 8
     for (int j = 0; j < 8; j++)
         p[j] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), a[j], xx);
-#pragma GCC unroll 4
-    for (int k = 0; k < 4; k++)
-        u[k] = _mm512_add_epi32(_mm512_unpacklo_epi32(p[2 * k], p[2 * k + 1]),
-                                _mm512_unpackhi_epi32(p[2 * k], p[2 * k + 1]));
-    /* v0 (v1): per 128-bit lane, rows 0-3 (4-7) over dwords 0-3, the same over 4-7, rows 8-11
-     * (12-15) over 0-3, over 4-7. */
-    const __m512i v0 =
-        _mm512_add_epi32(_mm512_unpacklo_epi64(u[0], u[1]), _mm512_unpackhi_epi64(u[0], u[1]));
-    const __m512i v1 =
-        _mm512_add_epi32(_mm512_unpacklo_epi64(u[2], u[3]), _mm512_unpackhi_epi64(u[2], u[3]));
-    const __m512i r = _mm512_add_epi32(q16_lo(v0, v1), q16_hi(v0, v1));
-    return _mm512_add_epi32(r, _mm512_set1_epi32(corr));
+    return _mm512_add_epi32(r_lane_sums(p), _mm512_set1_epi32(corr));
 }
 
 /* 16 blocks' terms from xb (n <= 16 of them, the rest zero): the sums of their bytes by
@@ -313,7 +320,7 @@ AF_TARGET_AVX512 static AF_INLINE void r_terms16(const struct blk_q8_0 *xb, int 
                                                  int32_t *corr, float *d)
 {
     const __m512i ones = _mm512_set1_epi8(1);
-    __m512i p[8], u[4];
+    __m512i p[8];
 #pragma GCC unroll 8
     for (int j = 0; j < 8; j++) { /* [block j | block j + 8], as r_pairs pairs rows */
         const __m256i lo =
@@ -323,17 +330,8 @@ AF_TARGET_AVX512 static AF_INLINE void r_terms16(const struct blk_q8_0 *xb, int 
         p[j] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), ones,
                                    _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1));
     }
-#pragma GCC unroll 4
-    for (int k = 0; k < 4; k++)
-        u[k] = _mm512_add_epi32(_mm512_unpacklo_epi32(p[2 * k], p[2 * k + 1]),
-                                _mm512_unpackhi_epi32(p[2 * k], p[2 * k + 1]));
-    const __m512i v0 =
-        _mm512_add_epi32(_mm512_unpacklo_epi64(u[0], u[1]), _mm512_unpackhi_epi64(u[0], u[1]));
-    const __m512i v1 =
-        _mm512_add_epi32(_mm512_unpacklo_epi64(u[2], u[3]), _mm512_unpackhi_epi64(u[2], u[3]));
-    const __m512i sum = _mm512_add_epi32(q16_lo(v0, v1), q16_hi(v0, v1));
     _mm512_mask_storeu_epi32(corr, (__mmask16)((1u << n) - 1),
-                             _mm512_mullo_epi32(sum, _mm512_set1_epi32(-bias)));
+                             _mm512_mullo_epi32(r_lane_sums(p), _mm512_set1_epi32(-bias)));
     /* one at a time: a vector load of 16 fp16 stored one by one waited on store forwarding */
 #pragma GCC unroll 16
     for (int j = 0; j < n; j++)
