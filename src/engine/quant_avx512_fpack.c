@@ -253,6 +253,24 @@ AF_TARGET_AVX512 static void f_convert(int kind, const uint8_t *X, size_t xbytes
     }
 }
 
+/* The chunk a call reads after the one of the groups that end at row rn, which the tiles
+ * prefetch as they go: the same k chunk of the group at rn while rn < r1; past the call's rows,
+ * the next k chunk of its first group, and after the last chunk the next rows' first chunk
+ * (a thread's next range usually follows). A decode's call covers a few groups, and prefetching
+ * only the group after them missed every chunk after the first (one F16 sequence, alternated
+ * 3 times: 41-48 -> 48-51 tok/s; the engine still streams F16 at about 40-48 GB/s, against
+ * 70-75 in bench/quant's calls of hundreds of rows). */
+static inline const uint8_t *f_next_chunk(const uint8_t *Pb, size_t gbytes, size_t es, int64_t k,
+                                          int64_t k0, int64_t kc, int64_t r0, int64_t r1,
+                                          int64_t rn)
+{
+    if (rn < r1)
+        return Pb + (size_t)(rn / 16) * gbytes + (size_t)k0 * 16 * es;
+    if (k0 + kc < k)
+        return Pb + (size_t)(r0 / 16) * gbytes + (size_t)(k0 + kc) * 16 * es;
+    return Pb + (size_t)((r1 + 15) / 16) * gbytes;
+}
+
 /* out[j * ldo + r] = W row r . X row j for r in [r0, r1) (r0 a multiple of 16), j < m. Loop
  * order: k chunk, then token block (F_XT tokens, converted or copied once), then group, then F_TC
  * tokens at a time, so a group's chunk stays in L1 while the block's tokens pass over it. */
@@ -300,15 +318,16 @@ AF_TARGET_AVX512 static void f_matmul(int kind, const void *P, int64_t k, const 
                     for (int64_t c0 = 0; c0 < nt; c0 += F_TC) {
                         const int nc = nt - c0 < F_TC ? (int)(nt - c0) : F_TC;
                         const int pf = j0 + c0 == 0; /* the next pair, once per chunk */
-                        f_tile2_n(kind, nc, pw, pw + gbytes, kc, xb + c0 * F_KC,
-                                  pf ? pw + 2 * gbytes : NULL, pf ? pw + 3 * gbytes : NULL, k0 == 0,
-                                  out + (j0 + c0) * ldo + r, ldo, mk1);
+                        const uint8_t *nx = f_next_chunk(Pb, gbytes, es, k, k0, kc, r0, r1, r + 32);
+                        f_tile2_n(kind, nc, pw, pw + gbytes, kc, xb + c0 * F_KC, pf ? nx : NULL,
+                                  pf ? nx + gbytes : NULL, k0 == 0, out + (j0 + c0) * ldo + r, ldo,
+                                  mk1);
                     }
                     r += 32;
                     continue;
                 }
-                /* the next group's chunk; past the matrix a prefetch does not fault */
-                const uint8_t *next = pw + gbytes;
+                /* past the matrix a prefetch does not fault */
+                const uint8_t *next = f_next_chunk(Pb, gbytes, es, k, k0, kc, r0, r1, r + 16);
                 const int64_t rg = r;
                 r += 16;
                 for (int64_t c0 = 0; c0 < nt; c0 += 2 * F_TC) {
