@@ -644,6 +644,14 @@ static void test_concurrent_batching_q4_k_m(void **state)
     batched_equals_alone_random("Q4_K_M", 9);
 }
 
+/* On Q5_1 weights (what a Q5_K_M file holds where rows are not a multiple of 256 wide): levels,
+ * fifth bits and a minimum per block, the minimum's term a second step of each block's chain. */
+static void test_concurrent_batching_q5_1(void **state)
+{
+    (void)state;
+    batched_equals_alone_random("Q5_1", 6);
+}
+
 /* And on BF16 weights (vdpbf16ps where the CPU has AVX-512 BF16: its own pair chain, for the
  * packed decode rows as for the prefill). */
 static void test_concurrent_batching_bf16(void **state)
@@ -803,11 +811,12 @@ static void test_packed_rows_released(void **state)
 /* The packed weights (model_pack, AGENTFLOW_PACK) give the row-major kernels' bits: the logits of
  * every position, before and after new weights for the tied embedding (the output head) and a
  * projection, are equal with and without packing; `packed_bytes` in the engine's info says
- * which was loaded. Q8_0, Q5_0 (the Q4_K_M file's 256-wide rows are Q5_0) and Q4_K_M. */
+ * which was loaded. Q8_0, Q5_0 (the Q4_K_M file's 256-wide rows are Q5_0), Q4_1, Q5_1 (a Q5_K_M
+ * file's rows of widths off 256, as the 0.5B's 896) and Q4_K_M. */
 static void test_packed_weights(void **state)
 {
     (void)state;
-    static const char *types[] = {"Q8_0", "Q5_0", "Q4_K_M"};
+    static const char *types[] = {"Q8_0", "Q5_0", "Q4_1", "Q5_1", "Q4_K_M"};
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
         char path[300], err[512];
         snprintf(path, sizeof path, "%s.pack.gguf", tiny_path);
@@ -1769,6 +1778,7 @@ int main(void)
         cmocka_unit_test(test_long_prompt_rides_decode),
         cmocka_unit_test(test_kv_f16),
         cmocka_unit_test(test_concurrent_batching_q4_k_m),
+        cmocka_unit_test(test_concurrent_batching_q5_1),
         cmocka_unit_test(test_cancel_in_batch),
         cmocka_unit_test(test_sampling),
         cmocka_unit_test(test_stream_and_chat),

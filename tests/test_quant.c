@@ -443,33 +443,41 @@ static void test_oracle_kquants(void **state)
 }
 
 /* The chain of the AVX-512 and AVX2 kernels for the 32-blocks, in scalar C: per block the exact
- * integer sum of the 32 products, then acc = fma(dw * dx, isum, acc) from +0. */
+ * integer sum of the 32 products, then acc = fma(dw * dx, isum, acc) from +0; Q4_1 and Q5_1
+ * (levels 0..15 / 0..31 and a minimum m, block layout d, m, [qh], qs) then add the minimum's
+ * term, acc = fma(m * dx, sum of x, acc). */
 static float dot_block_order(uint32_t t, int64_t k, const uint8_t *w, const uint8_t *x)
 {
     const size_t wbb = quant_block_bytes(t), xbb = quant_block_bytes(GGML_TYPE_Q8_0);
+    const int mn = t == GGML_TYPE_Q4_1 || t == GGML_TYPE_Q5_1;
+    const int five = t == GGML_TYPE_Q5_0 || t == GGML_TYPE_Q5_1;
+    const int bias = t == GGML_TYPE_Q4_0 ? 8 : t == GGML_TYPE_Q5_0 ? 16 : 0;
+    const size_t qo = mn ? 4 : 2;
     float acc = 0.0f;
     for (int64_t b = 0; b < k / 32; b++) {
         const uint8_t *wb = w + (size_t)b * wbb, *xb = x + (size_t)b * xbb;
-        uint16_t hw, hx;
+        uint16_t hw, hx, hm;
         memcpy(&hw, wb, 2);
         memcpy(&hx, xb, 2);
+        memcpy(&hm, wb + 2, 2);
         uint32_t qh = 0;
-        if (t == GGML_TYPE_Q5_0)
-            memcpy(&qh, wb + 2, 4);
-        const uint8_t *qs = wb + (t == GGML_TYPE_Q5_0 ? 6 : 2);
-        int32_t p = 0;
+        if (five)
+            memcpy(&qh, wb + qo, 4);
+        const uint8_t *qs = wb + qo + (five ? 4 : 0);
+        int32_t p = 0, sx = 0;
         for (int i = 0; i < 32; i++) {
             int q;
             if (t == GGML_TYPE_Q8_0)
                 q = (int8_t)qs[i];
-            else {
-                q = i < 16 ? qs[i] & 15 : qs[i - 16] >> 4;
-                q += t == GGML_TYPE_Q5_0 ? (int)((qh >> i) & 1u) * 16 - 16 : -8;
-            }
+            else
+                q = (i < 16 ? qs[i] & 15 : qs[i - 16] >> 4) + (int)((qh >> i) & 1u) * 16 - bias;
             p += q * (int8_t)xb[2 + i];
+            sx += (int8_t)xb[2 + i];
         }
         const float d = quant_f16_to_f32(hw) * quant_f16_to_f32(hx);
         acc = fmaf(d, (float)p, acc);
+        if (mn)
+            acc = fmaf(quant_f16_to_f32(hm) * quant_f16_to_f32(hx), (float)sx, acc);
     }
     return acc;
 }
@@ -658,14 +666,15 @@ static size_t half_k8(uint32_t t, int64_t nb)
     return half_rows8(t, nb) - 16 * (size_t)nb + (16 * (size_t)nb + 31) / 32 * 32;
 }
 
-/* The 32-blocks (quant_avx2_r8.c), Q8_0, Q4_0 and Q5_0: k = 130 blocks crosses the on-the-fly k
- * chunks; tokens in batches of 2, 3 and 62. */
+/* The 32-blocks (quant_avx2_r8.c), Q8_0, Q4_0, Q5_0, Q4_1 and Q5_1: k = 130 blocks crosses the
+ * on-the-fly k chunks; tokens in batches of 2, 3 and 62. */
 static void test_avx2_r8(void **state)
 {
     (void)state;
-    static const uint32_t types[] = {GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_Q5_0};
+    static const uint32_t types[] = {GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_Q5_0, GGML_TYPE_Q4_1,
+                                     GGML_TYPE_Q5_1};
     static const int64_t nbs[] = {1, 5, 130}, cuts[] = {0, 2, 5, 67};
-    avx2_rows8(types, 3, nbs, 3, dot_block_order, cuts, 0x5eed, half_rows8);
+    avx2_rows8(types, 5, nbs, 3, dot_block_order, cuts, 0x5eed, half_rows8);
 }
 
 /* The K-quants (quant_avx2_k8.c), Q4_K, Q5_K and Q6_K: a lone token and a pair take the fused
@@ -692,7 +701,8 @@ static void test_avx512_batch_invariant(void **state)
         skip();
     }
     static const uint32_t types[] = {GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_Q5_0,
-                                     GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K};
+                                     GGML_TYPE_Q4_1, GGML_TYPE_Q5_1, GGML_TYPE_Q4_K,
+                                     GGML_TYPE_Q5_K, GGML_TYPE_Q6_K};
     /* 131 blocks: two k chunks of the packed path (128); 523: two of the on-the-fly path (512),
      * for the 32-element types only (a K-quant row of 523 blocks is slow to check) */
     static const int64_t nbs[] = {1, 2, 5, 131, 523};
@@ -874,8 +884,8 @@ static void test_packed_matmul(void **state)
         printf("AVX-512 VNNI not available on this CPU: skipping\n");
         skip();
     }
-    static const uint32_t types[] = {GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_Q5_0,
-                                     GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K,
+    static const uint32_t types[] = {GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_Q5_0, GGML_TYPE_Q4_1,
+                                     GGML_TYPE_Q5_1, GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K,
                                      GGML_TYPE_F16,  GGML_TYPE_BF16};
     static const int64_t nbs[] = {1, 5, 131, 523};
     static const int64_t ms[] = {1, 2, 8, 9, 16, 17, 64, 67};

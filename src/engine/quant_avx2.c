@@ -1,8 +1,8 @@
 /*
- * quant_avx2.c - AVX2 + FMA + F16C kernels: vec_dot for Q4_1 and Q5_1; the table of the AVX2
- * kernels, which takes the float types from quant_avx2_float.c, Q8_0 / Q4_0 / Q5_0 from
- * quant_avx2_r8.c and Q4_K / Q5_K / Q6_K from quant_avx2_k8.c (8 rows in the lanes, a packed
- * form, the AVX-512 kernels' bits), plus the attention, exp and activation kernels.
+ * quant_avx2.c - AVX2 + FMA + F16C kernels: the table of the AVX2 kernels, which takes the
+ * float types from quant_avx2_float.c, Q8_0 / Q4_0 / Q5_0 / Q4_1 / Q5_1 from quant_avx2_r8.c and
+ * Q4_K / Q5_K / Q6_K from quant_avx2_k8.c (8 rows in the lanes, a packed form, the AVX-512 kernels'
+ * bits), plus the attention, exp and activation kernels.
  *
  * Every function carries AF_TARGET_AVX2 (no per-file flags): the dispatcher only calls into this
  * file when __builtin_cpu_supports says the CPU has these extensions. Integer dots use the
@@ -30,87 +30,6 @@ int quant_avx2_usable(void)
     if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & (1u << 29)))
         return 0;
     return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-}
-
-AF_TARGET_AVX2 static inline float hsum8(__m256 v)
-{
-    __m128 r = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    r = _mm_add_ps(r, _mm_movehl_ps(r, r));
-    r = _mm_add_ss(r, _mm_movehdup_ps(r));
-    return _mm_cvtss_f32(r);
-}
-
-AF_TARGET_AVX2 static inline float h2f(uint16_t h)
-{
-    return _cvtsh_ss(h);
-}
-
-AF_TARGET_AVX2 static inline __m256i load32(const void *p)
-{
-    return _mm256_loadu_si256((const __m256i *)p);
-}
-
-/* 8 int32 lanes of sum w*x over groups of 4 bytes (lanes 0-3: bytes 0-15). */
-AF_TARGET_AVX2 static inline __m256i dot_i8(__m256i w, __m256i x)
-{
-    const __m256i p = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w));
-    return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
-}
-
-/* 32 bits to 32 bytes of 0x00 / 0xFF. */
-AF_TARGET_AVX2 static inline __m256i bits_to_bytes(const uint8_t *p)
-{
-    uint32_t u;
-    memcpy(&u, p, 4);
-    const __m256i shuf =
-        _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0);
-    __m256i b = _mm256_shuffle_epi8(_mm256_set1_epi32((int)u), shuf);
-    b = _mm256_or_si256(b, _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe));
-    return _mm256_cmpeq_epi8(b, _mm256_set1_epi64x(-1));
-}
-
-/* ---- 32-blocks against Q8_0 -------------------------------------------------------------- */
-
-/* Q4_1 / Q5_1 (unsigned levels + min) against Q8_0: d*dy*sum(q*y) + m*dy*sum(y). */
-AF_TARGET_AVX2 static AF_INLINE float dot_x_1(int64_t n, const void *w, const void *x, int five)
-{
-    const struct blk_q8_0 *b = x;
-    const __m256i ones16 = _mm256_set1_epi16(1), ones8 = _mm256_set1_epi8(1);
-    __m256 acc = _mm256_setzero_ps();
-    for (int64_t i = 0; i < n / QK; i++) {
-        const uint8_t *qs;
-        uint16_t d16, m16;
-        __m256i hib = _mm256_setzero_si256();
-        if (five) {
-            const struct blk_q5_1 *a = (const struct blk_q5_1 *)w + i;
-            qs = a->qs, d16 = a->d, m16 = a->m;
-            hib = _mm256_and_si256(bits_to_bytes(a->qh), _mm256_set1_epi8(0x10));
-        } else {
-            const struct blk_q4_1 *a = (const struct blk_q4_1 *)w + i;
-            qs = a->qs, d16 = a->d, m16 = a->m;
-        }
-        const __m128i t = _mm_loadu_si128((const __m128i *)qs);
-        __m256i q =
-            _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(t, 4), t), _mm256_set1_epi8(0xF));
-        q = _mm256_or_si256(q, hib);
-        const __m256i y = load32(b[i].qs);
-        const __m256i pq = _mm256_madd_epi16(_mm256_maddubs_epi16(q, y), ones16);
-        const __m256i py = _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, y), ones16);
-        const float dy = h2f(b[i].d);
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(h2f(d16) * dy), _mm256_cvtepi32_ps(pq), acc);
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(h2f(m16) * dy), _mm256_cvtepi32_ps(py), acc);
-    }
-    return hsum8(acc);
-}
-
-AF_TARGET_AVX2 static float dot_q4_1(int64_t n, const void *w, const void *x)
-{
-    return dot_x_1(n, w, x, 0);
-}
-
-AF_TARGET_AVX2 static float dot_q5_1(int64_t n, const void *w, const void *x)
-{
-    return dot_x_1(n, w, x, 1);
 }
 
 AF_TARGET_AVX2 static void axpy_avx2(int64_t n, float a, const float *x, float *y)
@@ -343,9 +262,9 @@ const struct quant_kernels quant_kernels_avx2 = {
             [GGML_TYPE_F16] = quant_avx2_dot_f16,
             [GGML_TYPE_BF16] = quant_avx2_dot_bf16,
             [GGML_TYPE_Q4_0] = quant_avx2_dot_q4_0,
-            [GGML_TYPE_Q4_1] = dot_q4_1,
+            [GGML_TYPE_Q4_1] = quant_avx2_dot_q4_1,
             [GGML_TYPE_Q5_0] = quant_avx2_dot_q5_0,
-            [GGML_TYPE_Q5_1] = dot_q5_1,
+            [GGML_TYPE_Q5_1] = quant_avx2_dot_q5_1,
             [GGML_TYPE_Q8_0] = quant_avx2_dot_q8_0,
             [GGML_TYPE_Q4_K] = quant_avx2_dot_q4_k,
             [GGML_TYPE_Q5_K] = quant_avx2_dot_q5_k,
@@ -358,6 +277,8 @@ const struct quant_kernels quant_kernels_avx2 = {
             [GGML_TYPE_BF16] = quant_avx2_matmul_bf16,
             [GGML_TYPE_Q4_0] = quant_avx2_matmul_q4_0,
             [GGML_TYPE_Q5_0] = quant_avx2_matmul_q5_0,
+            [GGML_TYPE_Q4_1] = quant_avx2_matmul_q4_1,
+            [GGML_TYPE_Q5_1] = quant_avx2_matmul_q5_1,
             [GGML_TYPE_Q8_0] = quant_avx2_matmul_q8_0,
             [GGML_TYPE_Q4_K] = quant_avx2_matmul_q4_k,
             [GGML_TYPE_Q5_K] = quant_avx2_matmul_q5_k,
@@ -368,6 +289,8 @@ const struct quant_kernels quant_kernels_avx2 = {
     .m1_invariant = {[GGML_TYPE_Q8_0] = 1,
                      [GGML_TYPE_Q4_0] = 1,
                      [GGML_TYPE_Q5_0] = 1,
+                     [GGML_TYPE_Q4_1] = 1,
+                     [GGML_TYPE_Q5_1] = 1,
                      [GGML_TYPE_Q4_K] = 1,
                      [GGML_TYPE_Q5_K] = 1,
                      [GGML_TYPE_Q6_K] = 1},
@@ -376,6 +299,8 @@ const struct quant_kernels quant_kernels_avx2 = {
             [GGML_TYPE_Q8_0] = quant_avx2_pack_q8_0,
             [GGML_TYPE_Q4_0] = quant_avx2_pack_q4_0,
             [GGML_TYPE_Q5_0] = quant_avx2_pack_q5_0,
+            [GGML_TYPE_Q4_1] = quant_avx2_pack_q4_1,
+            [GGML_TYPE_Q5_1] = quant_avx2_pack_q5_1,
             [GGML_TYPE_Q4_K] = quant_avx2_pack_q4_k,
             [GGML_TYPE_Q5_K] = quant_avx2_pack_q5_k,
             [GGML_TYPE_Q6_K] = quant_avx2_pack_q6_k,
@@ -385,6 +310,8 @@ const struct quant_kernels quant_kernels_avx2 = {
             [GGML_TYPE_Q8_0] = quant_avx2_matmul_packed_q8_0,
             [GGML_TYPE_Q4_0] = quant_avx2_matmul_packed_q4_0,
             [GGML_TYPE_Q5_0] = quant_avx2_matmul_packed_q5_0,
+            [GGML_TYPE_Q4_1] = quant_avx2_matmul_packed_q4_1,
+            [GGML_TYPE_Q5_1] = quant_avx2_matmul_packed_q5_1,
             [GGML_TYPE_Q4_K] = quant_avx2_matmul_packed_q4_k,
             [GGML_TYPE_Q5_K] = quant_avx2_matmul_packed_q5_k,
             [GGML_TYPE_Q6_K] = quant_avx2_matmul_packed_q6_k,

@@ -1,7 +1,7 @@
 /*
- * quant_avx2_r8.c - Q8_0, Q4_0 and Q5_0 weights against Q8_0 activations on AVX2 (the Zen 3
- * kind of host: no VNNI, no AVX-512), 8 weight rows in the 8 lanes of a register: the vec_dot,
- * the matmul and its packed form.
+ * quant_avx2_r8.c - Q8_0, Q4_0, Q5_0, Q4_1 and Q5_1 weights against Q8_0 activations on AVX2 (the
+ * Zen 3 kind of host: no VNNI, no AVX-512), 8 weight rows in the 8 lanes of a register: the
+ * vec_dot, the matmul and its packed form.
  *
  * Why rows in the lanes: the earlier AVX2 kernels took one row's block at a time (sign, sign,
  * maddubs, madd, a conversion, a scale product and an fma for 32 products), about 2 products an
@@ -58,34 +58,60 @@
 struct v_x {
     int32_t corr[V_XN]; /* -B x the sum of the block's bytes (0 for Q8_0) */
     float d[V_XN];
+    float s[V_XN]; /* Q4_1 / Q5_1: the sum of the block's bytes, for the minimum's term */
     int64_t ld;
 };
 
-/* Bytes of a half block (8 rows' block) in the packed form, and of a source block. */
+/* Q4_1 / Q5_1: unsigned levels and a minimum per block (w = d q + m). */
+static inline int v_has_min(uint32_t t)
+{
+    return t == GGML_TYPE_Q4_1 || t == GGML_TYPE_Q5_1;
+}
+
+static inline int v_five(uint32_t t)
+{
+    return t == GGML_TYPE_Q5_0 || t == GGML_TYPE_Q5_1;
+}
+
+/* A source block's qh (the five types) or quants: after the scale and, with one, the minimum. */
+static inline size_t v_qoff(uint32_t t)
+{
+    return v_has_min(t) ? 4 : 2;
+}
+
+/* The offset of the 8 rows' scales in a packed half (the minimums follow them). */
+static inline size_t v_sc(uint32_t t)
+{
+    return t == GGML_TYPE_Q8_0 ? 256 : v_five(t) ? 160 : 128;
+}
+
+/* Bytes of a half block (8 rows' block) in the packed form. */
 static inline size_t v_hb(uint32_t t)
 {
-    return t == GGML_TYPE_Q8_0 ? 272 : t == GGML_TYPE_Q4_0 ? 144 : 176;
+    return v_sc(t) + (v_has_min(t) ? 32 : 16);
 }
 
 static inline int32_t v_bias(uint32_t t)
 {
-    return t == GGML_TYPE_Q8_0 ? 0 : t == GGML_TYPE_Q4_0 ? 8 : 16;
+    return t == GGML_TYPE_Q4_0 ? 8 : t == GGML_TYPE_Q5_0 ? 16 : 0;
 }
 
 /* Block b of the 8 rows rp[0..7] into its packed half o. */
 static void v_pack_half(uint32_t t, const uint8_t *const *rp, int64_t b, uint8_t *o)
 {
-    const size_t bsz = quant_b32_bytes(t), qo = t == GGML_TYPE_Q5_0 ? 6 : 2;
-    const size_t nq = t == GGML_TYPE_Q8_0 ? 32 : 16, sc = v_hb(t) - 16;
+    const size_t bsz = quant_b32_bytes(t), qo = v_qoff(t) + (v_five(t) ? 4 : 0);
+    const size_t nq = t == GGML_TYPE_Q8_0 ? 32 : 16, sc = v_sc(t);
     for (int r = 0; r < 8; r++) {
         const uint8_t *p = rp[r] + (size_t)b * bsz;
         for (size_t i = 0; i < nq / 4; i++)
             memcpy(o + 32 * i + 4 * (size_t)r, p + qo + 4 * i, 4);
         memcpy(o + sc + 2 * (size_t)r, p, 2);
-        if (t != GGML_TYPE_Q5_0)
+        if (v_has_min(t))
+            memcpy(o + sc + 16 + 2 * (size_t)r, p + 2, 2);
+        if (!v_five(t))
             continue;
         uint32_t qh;
-        memcpy(&qh, p + 2, sizeof qh);
+        memcpy(&qh, p + v_qoff(t), sizeof qh);
         for (int q = 0; q < 4; q++) {
             uint8_t h = 0;
             for (int i = 0; i < 8; i++) { /* element of byte q of register i */
@@ -126,7 +152,7 @@ AF_TARGET_AVX2 static AF_INLINE __m256i v_reg(uint32_t t, const uint8_t *h, int 
     const __m256i P = _mm256_loadu_si256((const __m256i *)(h + 32 * (i & 3)));
     const __m256i m4 = _mm256_set1_epi8(0xF);
     __m256i u = i < 4 ? _mm256_and_si256(P, m4) : _mm256_and_si256(_mm256_srli_epi16(P, 4), m4);
-    if (t == GGML_TYPE_Q5_0) { /* bit i of H's byte to bit 4 */
+    if (v_five(t)) { /* bit i of H's byte to bit 4 */
         const __m256i H = _mm256_loadu_si256((const __m256i *)(h + 128));
         const __m256i s = i < 4    ? _mm256_slli_epi16(H, 4 - i)
                           : i == 4 ? H
@@ -178,8 +204,8 @@ AF_TARGET_AVX2 static AF_INLINE void v_tile(uint32_t t, int nc, const uint8_t *h
                 }
             }
         } else {
-            /* Q4_0: 8 registers in 16 bits; Q5_0: two runs of 4 */
-            const int run = t == GGML_TYPE_Q4_0 ? 8 : 4;
+            /* Q4_0 / Q4_1: 8 registers in 16 bits; Q5_0 / Q5_1: two runs of 4 */
+            const int run = v_five(t) ? 4 : 8;
 #pragma GCC unroll 4
             for (int c = 0; c < nc; c++)
                 is[c] = _mm256_set1_epi32(xs->corr[(c0 + c) * xs->ld + b]);
@@ -202,11 +228,17 @@ AF_TARGET_AVX2 static AF_INLINE void v_tile(uint32_t t, int nc, const uint8_t *h
                     is[c] = _mm256_add_epi32(is[c], _mm256_madd_epi16(s16[c], ones));
             }
         }
-        const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(h + v_hb(t) - 16)));
+        const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(h + v_sc(t))));
+        const __m256 mw =
+            v_has_min(t) ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(h + v_sc(t) + 16)))
+                         : _mm256_setzero_ps();
 #pragma GCC unroll 4
         for (int c = 0; c < nc; c++) {
-            const __m256 s = _mm256_mul_ps(dw, _mm256_set1_ps(xs->d[(c0 + c) * xs->ld + b]));
-            acc[c] = _mm256_fmadd_ps(s, _mm256_cvtepi32_ps(is[c]), acc[c]);
+            const int64_t ix = (c0 + c) * xs->ld + b;
+            const __m256 dx = _mm256_set1_ps(xs->d[ix]);
+            acc[c] = _mm256_fmadd_ps(_mm256_mul_ps(dw, dx), _mm256_cvtepi32_ps(is[c]), acc[c]);
+            if (v_has_min(t)) /* then the minimum's term, as the vec_dot */
+                acc[c] = _mm256_fmadd_ps(_mm256_mul_ps(mw, dx), _mm256_set1_ps(xs->s[ix]), acc[c]);
         }
     }
 #pragma GCC unroll 4
@@ -220,6 +252,12 @@ AF_TARGET_AVX2 static void v_prep_x(uint32_t t, const uint8_t *X, size_t xbytes,
 {
     s->ld = kc;
     quant_b32_terms(X, xbytes, tc, b0, kc, v_bias(t), s->corr, s->d);
+    if (v_has_min(t))
+        for (int64_t c = 0; c < tc; c++) {
+            const struct blk_q8_0 *xb = (const struct blk_q8_0 *)(X + (size_t)c * xbytes) + b0;
+            for (int64_t b = 0; b < kc; b++)
+                s->s[c * kc + b] = (float)quant_b32_sum(xb[b].qs);
+        }
 }
 
 /* The token chunk against a group's halves hp[0], hp[1] (at the chunk's first block) for rows
@@ -314,11 +352,12 @@ AF_TARGET_AVX2 static AF_INLINE float v_dot(uint32_t t, int64_t n, const void *w
         if (t == GGML_TYPE_Q8_0) {
             q = _mm256_loadu_si256((const __m256i *)(p + 2));
         } else {
-            const __m128i v = _mm_loadu_si128((const __m128i *)(p + (t == GGML_TYPE_Q4_0 ? 2 : 6)));
+            const __m128i v =
+                _mm_loadu_si128((const __m128i *)(p + v_qoff(t) + (v_five(t) ? 4 : 0)));
             q = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(v, 4), v), _mm256_set1_epi8(0xF));
-            if (t == GGML_TYPE_Q5_0) { /* bytes whose qh bit is set get 16 */
+            if (v_five(t)) { /* bytes whose qh bit is set get 16 */
                 uint32_t qh;
-                memcpy(&qh, p + 2, sizeof qh);
+                memcpy(&qh, p + v_qoff(t), sizeof qh);
                 const __m256i sh = _mm256_setr_epi64x(0, 0x0101010101010101, 0x0202020202020202,
                                                       0x0303030303030303);
                 __m256i bb = _mm256_shuffle_epi8(_mm256_set1_epi32((int)qh), sh);
@@ -337,8 +376,14 @@ AF_TARGET_AVX2 static AF_INLINE float v_dot(uint32_t t, int64_t n, const void *w
         h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0xB1));
         uint16_t d;
         memcpy(&d, p, sizeof d);
-        const __m128 sc = _mm_mul_ss(_mm_set_ss(_cvtsh_ss(d)), _mm_set_ss(_cvtsh_ss(xb[b].d)));
+        const __m128 dx = _mm_set_ss(_cvtsh_ss(xb[b].d));
+        const __m128 sc = _mm_mul_ss(_mm_set_ss(_cvtsh_ss(d)), dx);
         acc = _mm_fmadd_ss(sc, _mm_set_ss((float)_mm_cvtsi128_si32(h)), acc);
+        if (v_has_min(t)) { /* then m dx (the sum of x), the product rounded once */
+            memcpy(&d, p + 2, sizeof d);
+            acc = _mm_fmadd_ss(_mm_mul_ss(_mm_set_ss(_cvtsh_ss(d)), dx),
+                               _mm_set_ss((float)quant_b32_sum(xb[b].qs)), acc);
+        }
     }
     return _mm_cvtss_f32(acc);
 }
@@ -380,5 +425,7 @@ AF_TARGET_AVX2 static AF_INLINE float v_dot(uint32_t t, int64_t n, const void *w
 V_ENTRIES(q8_0, GGML_TYPE_Q8_0)
 V_ENTRIES(q4_0, GGML_TYPE_Q4_0)
 V_ENTRIES(q5_0, GGML_TYPE_Q5_0)
+V_ENTRIES(q4_1, GGML_TYPE_Q4_1)
+V_ENTRIES(q5_1, GGML_TYPE_Q5_1)
 
 #endif

@@ -53,6 +53,7 @@
 struct r_x {
     int32_t corr[R_XN];
     float d[R_XN];
+    float s[R_XN]; /* Q4_1 / Q5_1: the sum of the block's bytes, for the minimum's term */
     int64_t ld;
 };
 
@@ -60,6 +61,7 @@ struct r_x {
 struct r_pack {
     __m512i w[R_KC][8];
     __m512 d[R_KC];
+    __m512 m[R_KC]; /* Q4_1 / Q5_1: the minimums */
 };
 
 AF_TARGET_AVX512 static AF_INLINE int32_t load_i32(const void *p)
@@ -69,10 +71,29 @@ AF_TARGET_AVX512 static AF_INLINE int32_t load_i32(const void *p)
     return v;
 }
 
+/* Q4_1 / Q5_1: unsigned levels and a minimum per block (w = d q + m), so no bias. */
+static inline int r_has_min(uint32_t t)
+{
+    return t == GGML_TYPE_Q4_1 || t == GGML_TYPE_Q5_1;
+}
+
+/* The nibble types with a fifth bit (qh) */
+static inline int r_five(uint32_t t)
+{
+    return t == GGML_TYPE_Q5_0 || t == GGML_TYPE_Q5_1;
+}
+
+/* The byte offset of a block's quants (Q8_0, Q4_0, Q4_1) or of its qh then quants (Q5_0,
+ * Q5_1): after the fp16 scale and, with a minimum, the fp16 minimum. */
+static inline size_t r_qoff(uint32_t t)
+{
+    return r_has_min(t) ? 4 : 2;
+}
+
 /* The bias B of the unsigned form (above) of weight type t. */
 static inline int32_t r_bias(uint32_t t)
 {
-    return t == GGML_TYPE_Q8_0 ? 128 : t == GGML_TYPE_Q4_0 ? 8 : 16;
+    return t == GGML_TYPE_Q8_0 ? 128 : t == GGML_TYPE_Q4_0 ? 8 : t == GGML_TYPE_Q5_0 ? 16 : 0;
 }
 
 /* The block at p (type t) as 32 unsigned bytes u = w + B, element order. */
@@ -81,14 +102,14 @@ AF_TARGET_AVX512 static AF_INLINE __m256i r_u(uint32_t t, const uint8_t *p)
     if (t == GGML_TYPE_Q8_0)
         return _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(p + 2)),
                                 _mm256_set1_epi8((char)0x80));
-    const uint8_t *qs = p + (t == GGML_TYPE_Q4_0 ? 2 : 6);
+    const uint8_t *qs = p + r_qoff(t) + (r_five(t) ? 4 : 0);
     const __m128i v = _mm_loadu_si128((const __m128i *)qs);
     const __m256i q =
         _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(v, 4), v), _mm256_set1_epi8(0xF));
-    if (t == GGML_TYPE_Q4_0)
+    if (!r_five(t))
         return q;
     uint32_t qh;
-    memcpy(&qh, p + 2, sizeof qh);
+    memcpy(&qh, p + r_qoff(t), sizeof qh);
     return _mm256_mask_add_epi8(q, (__mmask32)qh, q, _mm256_set1_epi8(16));
 }
 
@@ -107,11 +128,18 @@ AF_TARGET_AVX512 static AF_INLINE float r_dot(uint32_t t, int64_t n, const void 
         __m128i h = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
         h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0x4E));
         h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0xB1));
-        const int32_t isum = _mm_cvtsi128_si32(h) - r_bias(t) * quant_b32_sum(xb[b].qs);
+        const int32_t sx = quant_b32_sum(xb[b].qs);
+        const int32_t isum = _mm_cvtsi128_si32(h) - r_bias(t) * sx;
         uint16_t d;
         memcpy(&d, p, sizeof d);
-        const __m128 s = _mm_mul_ss(_mm_set_ss(_cvtsh_ss(d)), _mm_set_ss(_cvtsh_ss(xb[b].d)));
+        const __m128 dx = _mm_set_ss(_cvtsh_ss(xb[b].d));
+        const __m128 s = _mm_mul_ss(_mm_set_ss(_cvtsh_ss(d)), dx);
         acc = _mm_fmadd_ss(s, _mm_set_ss((float)isum), acc);
+        if (r_has_min(t)) { /* then the minimum's term, m dx (sum of x), its product rounded */
+            memcpy(&d, p + 2, sizeof d);
+            acc =
+                _mm_fmadd_ss(_mm_mul_ss(_mm_set_ss(_cvtsh_ss(d)), dx), _mm_set_ss((float)sx), acc);
+        }
     }
     return _mm_cvtss_f32(acc);
 }
@@ -149,10 +177,10 @@ AF_TARGET_AVX512 static AF_INLINE void r_block_parts(uint32_t t, const uint8_t *
                                                      int64_t b, __m512i T[8], __m512i *Pout,
                                                      __mmask64 *Kout)
 {
-    if (t == GGML_TYPE_Q4_0) {
+    if (t == GGML_TYPE_Q4_0 || t == GGML_TYPE_Q4_1) {
         /* Transpose the packed nibbles (4 dwords a row), then split them: dword i's low
          * nibbles are elements 4i..4i+3, its high ones 16+4i..16+4i+3 (the token's dword 4+i). */
-        const size_t o = (size_t)b * sizeof(struct blk_q4_0) + 2;
+        const size_t o = (size_t)b * quant_b32_bytes(t) + r_qoff(t);
         __m512i P[4];
         q16_t16(rp, o, P);
         if (Pout) {
@@ -163,9 +191,9 @@ AF_TARGET_AVX512 static AF_INLINE void r_block_parts(uint32_t t, const uint8_t *
         return;
     }
     __m512i a[8], u[8];
-    if (t == GGML_TYPE_Q5_0) {
+    if (r_five(t)) {
         /* The 20 bytes of qh and qs (5 dwords a row, masked loads: nothing past the block) */
-        const size_t o = (size_t)b * sizeof(struct blk_q5_0) + 2;
+        const size_t o = (size_t)b * quant_b32_bytes(t) + r_qoff(t);
 #pragma GCC unroll 8
         for (int j = 0; j < 8; j++)
             a[j] = _mm512_inserti64x4(
@@ -176,7 +204,7 @@ AF_TARGET_AVX512 static AF_INLINE void r_block_parts(uint32_t t, const uint8_t *
     }
     /* a[j]'s 128-bit lanes: row j dwords 0-3, 4-7, row j + 8 dwords 0-3, 4-7. */
     q16_unpack(a, u);
-    if (t == GGML_TYPE_Q5_0) {
+    if (r_five(t)) {
         /* Dword 0 is qh, dwords 1-4 the packed nibbles; split them as Q4_0's, then add 16
          * where the element's qh bit is set: element 4i + k (16 + 4i + k) takes bit k of
          * nibble i % 2 of qh's byte i / 2 (2 + i / 2), copied to the dword's bytes. */
@@ -216,17 +244,17 @@ AF_TARGET_AVX512 static AF_INLINE void r_block(uint32_t t, const uint8_t *const 
     r_block_parts(t, rp, b, T, NULL, NULL);
 }
 
-/* The 16 rows' scales of blocks b .. b + 3, D[q] lane j = row j's scale of block b + q: two
- * loads and a word permute a row, then a 4 x 4 transpose in each 128-bit lane (a gather a block
- * cost more than the sums of a decode). */
+/* The 16 rows' scales (fo = 0) or minimums (fo = 2, Q4_1 / Q5_1) of blocks b .. b + 3, D[q]
+ * lane j = row j's fp16 at byte fo of block b + q: two loads and a word permute a row, then a
+ * 4 x 4 transpose in each 128-bit lane (a gather a block cost more than the sums of a decode). */
 AF_TARGET_AVX512 static AF_INLINE void r_scales4(uint32_t t, const uint8_t *const *rp, int64_t b,
-                                                 __m512 D[4])
+                                                 size_t fo, __m512 D[4])
 {
-    /* The 4 scales' word offsets (blocks of 17, 9 or 11 words); no load reaches past block
-     * b + 3 (Q5_0's second load takes one word). */
-    const int w1 = (int)(quant_b32_bytes(t) / 2);
+    /* The 4 words' offsets (blocks of 17, 9, 10, 11 or 12 words); no load reaches past block
+     * b + 3 (past the first 64 bytes, Q5_0's and Q5_1's second load takes one word). */
+    const int w1 = (int)(quant_b32_bytes(t) / 2), w0 = (int)(fo / 2), hi = w0 + 3 * w1;
     const __m512i idx = _mm512_set_epi16(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-                                         0, 0, 0, 0, 0, 0, 0, 0, 3 * w1, 2 * w1, w1, 0);
+                                         0, 0, 0, 0, 0, 0, 0, 0, hi, w0 + 2 * w1, w0 + w1, w0);
     const size_t o = (size_t)b * quant_b32_bytes(t);
     __m128 f[16];
 #pragma GCC unroll 16
@@ -235,11 +263,12 @@ AF_TARGET_AVX512 static AF_INLINE void r_scales4(uint32_t t, const uint8_t *cons
         __m512i d;
         if (t == GGML_TYPE_Q8_0)
             d = _mm512_permutex2var_epi16(_mm512_loadu_si512(p), idx, _mm512_loadu_si512(p + 64));
-        else if (t == GGML_TYPE_Q4_0)
+        else if (hi < 32)
             d = _mm512_permutexvar_epi16(idx, _mm512_loadu_si512(p));
         else
-            d = _mm512_permutex2var_epi16(_mm512_loadu_si512(p), idx,
-                                          _mm512_maskz_loadu_epi16(0x2, p + 64));
+            d = _mm512_permutex2var_epi16(
+                _mm512_loadu_si512(p), idx,
+                _mm512_maskz_loadu_epi16((__mmask32)(1u << (hi - 32)), p + 64));
         f[j] = _mm_cvtph_ps(_mm512_castsi512_si128(d));
     }
     __m512 z[4];
@@ -260,16 +289,20 @@ AF_TARGET_AVX512 static AF_INLINE void r_scales4(uint32_t t, const uint8_t *cons
 /* One block's scales of the 16 rows (the k chunk's last blocks, which 4-block loads would
  * overrun); gidx: the rows' byte offsets from rp[0]. */
 AF_TARGET_AVX512 static AF_INLINE __m512 r_scales1(uint32_t t, const uint8_t *const *rp,
-                                                   __m512i gidx, int64_t b)
+                                                   __m512i gidx, int64_t b, size_t fo)
 {
-    const __m512i g = _mm512_i32gather_epi32(gidx, rp[0] + (size_t)b * quant_b32_bytes(t), 1);
+    const __m512i g = _mm512_i32gather_epi32(gidx, rp[0] + (size_t)b * quant_b32_bytes(t) + fo, 1);
     return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(g));
 }
 
-/* acc + (dw * dx) * (the token's exact block sum against T), xq the token's block quants. */
-AF_TARGET_AVX512 static AF_INLINE __m512 r_token(const __m512i T[8], __m512 dw, const int8_t *xq,
-                                                 int32_t corr, float dx, __m512 acc)
+/* acc + (dw * dx) * (the token's exact block sum against T), xq the token's block quants; with
+ * mn (Q4_1 / Q5_1), then + (mw * dx) * sx, sx the sum of the token's block (r_dot's chain). */
+AF_TARGET_AVX512 static AF_INLINE __m512 r_token(const __m512i T[8], __m512 dw, __m512 mw, int mn,
+                                                 const int8_t *xq, const struct r_x *xs, int64_t ix,
+                                                 __m512 acc)
 {
+    const int32_t corr = xs->corr[ix];
+    const float dx = xs->d[ix];
     __m512i q0 = _mm512_set1_epi32(corr), q1 = _mm512_setzero_si512();
 #pragma GCC unroll 4
     for (int i = 0; i < 4; i++) {
@@ -277,7 +310,11 @@ AF_TARGET_AVX512 static AF_INLINE __m512 r_token(const __m512i T[8], __m512 dw, 
         q1 = _mm512_dpbusd_epi32(q1, T[4 + i], _mm512_set1_epi32(load_i32(xq + 16 + 4 * i)));
     }
     const __m512i q = _mm512_add_epi32(q0, q1);
-    return _mm512_fmadd_ps(_mm512_mul_ps(dw, _mm512_set1_ps(dx)), _mm512_cvtepi32_ps(q), acc);
+    acc = _mm512_fmadd_ps(_mm512_mul_ps(dw, _mm512_set1_ps(dx)), _mm512_cvtepi32_ps(q), acc);
+    if (mn)
+        acc =
+            _mm512_fmadd_ps(_mm512_mul_ps(mw, _mm512_set1_ps(dx)), _mm512_set1_ps(xs->s[ix]), acc);
+    return acc;
 }
 
 /* The sums of the 8 dwords of each half of p[j] (p[j] = [item j | item j + 8]) into lane j
@@ -317,7 +354,7 @@ AF_TARGET_AVX512 static AF_INLINE __m512i r_sums1(uint32_t t, const uint8_t *con
 /* 16 blocks' terms from xb (n <= 16 of them, the rest zero): the sums of their bytes by
  * vpdpbusd against ones and r_sums1's tree of unpacks (exact integers). */
 AF_TARGET_AVX512 static AF_INLINE void r_terms16(const struct blk_q8_0 *xb, int n, int32_t bias,
-                                                 int32_t *corr, float *d)
+                                                 int32_t *corr, float *d, float *sums)
 {
     const __m512i ones = _mm512_set1_epi8(1);
     __m512i p[8];
@@ -330,9 +367,12 @@ AF_TARGET_AVX512 static AF_INLINE void r_terms16(const struct blk_q8_0 *xb, int 
         p[j] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), ones,
                                    _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1));
     }
+    const __m512i S = r_lane_sums(p);
     _mm512_mask_storeu_epi32(corr, (__mmask16)((1u << n) - 1),
-                             _mm512_mullo_epi32(r_lane_sums(p), _mm512_set1_epi32(-bias)));
-    /* one at a time: a vector load of 16 fp16 stored one by one waited on store forwarding */
+                             _mm512_mullo_epi32(S, _mm512_set1_epi32(-bias)));
+    if (sums)
+        _mm512_mask_storeu_ps(sums, (__mmask16)((1u << n) - 1), _mm512_cvtepi32_ps(S));
+        /* one at a time: a vector load of 16 fp16 stored one by one waited on store forwarding */
 #pragma GCC unroll 16
     for (int j = 0; j < n; j++)
         d[j] = _cvtsh_ss(xb[j].d);
@@ -350,10 +390,13 @@ AF_TARGET_AVX512 static void r_prep_x(uint32_t t, const uint8_t *X, size_t xbyte
     for (int64_t c = 0; c < tc; c++) {
         const struct blk_q8_0 *xb = (const struct blk_q8_0 *)(X + (size_t)c * xbytes) + b0;
         int64_t b = 0;
+        float *sums = r_has_min(t) ? s->s + c * kc : NULL;
         for (; b + 16 <= kc; b += 16)
-            r_terms16(xb + b, 16, bias, s->corr + c * kc + b, s->d + c * kc + b);
+            r_terms16(xb + b, 16, bias, s->corr + c * kc + b, s->d + c * kc + b,
+                      sums ? sums + b : NULL);
         if (b < kc)
-            r_terms16(xb + b, (int)(kc - b), bias, s->corr + c * kc + b, s->d + c * kc + b);
+            r_terms16(xb + b, (int)(kc - b), bias, s->corr + c * kc + b, s->d + c * kc + b,
+                      sums ? sums + b : NULL);
     }
 }
 
@@ -394,14 +437,21 @@ AF_TARGET_AVX512 static AF_INLINE void r_fly(uint32_t t, int nc, const uint8_t *
 #pragma GCC unroll 8
     for (int c = 0; c < nc; c++)
         acc[c] = first ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(mk, out + c * ldo);
+    const int mn = r_has_min(t);
     for (int64_t b4 = 0; b4 < kc; b4 += 4) {
-        __m512 D[4];
+        __m512 D[4], M[4] = {0};
         const int nq = kc - b4 < 4 ? (int)(kc - b4) : 4;
-        if (nq == 4)
-            r_scales4(t, rp, b0 + b4, D);
-        else
-            for (int q = 0; q < nq; q++)
-                D[q] = r_scales1(t, rp, gidx, b0 + b4 + q);
+        if (nq == 4) {
+            r_scales4(t, rp, b0 + b4, 0, D);
+            if (mn)
+                r_scales4(t, rp, b0 + b4, 2, M);
+        } else {
+            for (int q = 0; q < nq; q++) {
+                D[q] = r_scales1(t, rp, gidx, b0 + b4 + q, 0);
+                if (mn)
+                    M[q] = r_scales1(t, rp, gidx, b0 + b4 + q, 2);
+            }
+        }
         for (int q = 0; q < nq; q++) {
             const int64_t b = b4 + q;
             r_prefetch(next, lines, per, b);
@@ -422,7 +472,7 @@ AF_TARGET_AVX512 static AF_INLINE void r_fly(uint32_t t, int nc, const uint8_t *
                 const struct blk_q8_0 *xb =
                     (const struct blk_q8_0 *)(X + (size_t)c * xbytes) + b0 + b;
                 const int64_t i = (c0 + c) * xs->ld + b;
-                acc[c] = r_token(T, D[q], xb->qs, xs->corr[i], xs->d[i], acc[c]);
+                acc[c] = r_token(T, D[q], M[q], mn, xb->qs, xs, i, acc[c]);
             }
         }
     }
@@ -432,7 +482,7 @@ AF_TARGET_AVX512 static AF_INLINE void r_fly(uint32_t t, int nc, const uint8_t *
 }
 
 /* The same for tokens c0 .. c0 + nc - 1 of the chunk, from the packed rows. */
-AF_TARGET_AVX512 static AF_INLINE void r_packed(int nc, const struct r_pack *P, int64_t b0,
+AF_TARGET_AVX512 static AF_INLINE void r_packed(int nc, int mn, const struct r_pack *P, int64_t b0,
                                                 int64_t kc, const uint8_t *X, size_t xbytes,
                                                 const struct r_x *xs, int64_t c0, int first,
                                                 float *out, int64_t ldo, __mmask16 mk)
@@ -446,7 +496,7 @@ AF_TARGET_AVX512 static AF_INLINE void r_packed(int nc, const struct r_pack *P, 
         for (int c = 0; c < nc; c++) {
             const struct blk_q8_0 *xb = (const struct blk_q8_0 *)(X + (size_t)c * xbytes) + b0 + b;
             const int64_t i = (c0 + c) * xs->ld + b;
-            acc[c] = r_token(P->w[b], P->d[b], xb->qs, xs->corr[i], xs->d[i], acc[c]);
+            acc[c] = r_token(P->w[b], P->d[b], P->m[b], mn, xb->qs, xs, i, acc[c]);
         }
     }
 #pragma GCC unroll 8
@@ -489,11 +539,17 @@ AF_TARGET_AVX512 static AF_INLINE void r_group(uint32_t t, const uint8_t *W, siz
     }
     for (int64_t b4 = 0; b4 < kc; b4 += 4) {
         const int nq = kc - b4 < 4 ? (int)(kc - b4) : 4;
-        if (nq == 4)
-            r_scales4(t, rp, b0 + b4, &P->d[b4]);
-        else
-            for (int q = 0; q < nq; q++)
-                P->d[b4 + q] = r_scales1(t, rp, gidx, b0 + b4 + q);
+        if (nq == 4) {
+            r_scales4(t, rp, b0 + b4, 0, &P->d[b4]);
+            if (r_has_min(t))
+                r_scales4(t, rp, b0 + b4, 2, &P->m[b4]);
+        } else {
+            for (int q = 0; q < nq; q++) {
+                P->d[b4 + q] = r_scales1(t, rp, gidx, b0 + b4 + q, 0);
+                if (r_has_min(t))
+                    P->m[b4 + q] = r_scales1(t, rp, gidx, b0 + b4 + q, 2);
+            }
+        }
         for (int q = 0; q < nq; q++) {
             r_prefetch(next, lines, per, b4 + q);
             r_block(t, rp, b0 + b4 + q, P->w[b4 + q]);
@@ -503,7 +559,7 @@ AF_TARGET_AVX512 static AF_INLINE void r_group(uint32_t t, const uint8_t *W, siz
         const int nc = tc - c0 < R_C ? (int)(tc - c0) : R_C;
         const uint8_t *Xc = X + (size_t)c0 * xbytes;
         float *oc = o + c0 * ldo;
-#define R_PACKED(n) r_packed(n, P, b0, kc, Xc, xbytes, xs, c0, first, oc, ldo, mk)
+#define R_PACKED(n) r_packed(n, r_has_min(t), P, b0, kc, Xc, xbytes, xs, c0, first, oc, ldo, mk)
         QUANT_NC_CASES(R_PACKED)
 #undef R_PACKED
     }
@@ -546,25 +602,27 @@ AF_TARGET_AVX512 static AF_INLINE void r_matmul(uint32_t t, quant_vec_dot_fn dot
  * group holds its blocks in pairs (b, b + 1), each pair the size of the 16 rows' two blocks: the
  * two blocks' transposed quants, then their extras, then their 16 fp16 scales each:
  *   Q8_0: T[0..7], the unsigned bytes (512 bytes a block);
- *   Q4_0: the packed nibbles P[0..3] (256);
- *   Q5_0: P[0..3] (256), and as extras the fifth-bit masks K[0..7] of r_split (64).
+ *   Q4_0, Q4_1: the packed nibbles P[0..3] (256);
+ *   Q5_0, Q5_1: P[0..3] (256), and as extras the fifth-bit masks K[0..7] of r_split (64).
+ * Q4_1 and Q5_1 follow the scales with their 16 fp16 minimums each.
  * A pair is a multiple of 64 bytes, so every block's quants are aligned to a cache line; an odd
  * last block takes a whole pair. A call loads what r_block computes, so the bits are those of
  * the row-major kernels. */
 
-/* Offsets of block b's quants, extras and scales in its group; the bytes of a pair. */
+/* Offsets of block b's quants, extras, scales and minimums in its group; the bytes of a pair. */
 static inline size_t r_ppair(uint32_t t)
 {
     return 32 * quant_b32_bytes(t);
 }
 
-static inline void r_poffs(uint32_t t, int64_t b, size_t *oq, size_t *oe, size_t *os)
+static inline void r_poffs(uint32_t t, int64_t b, size_t *oq, size_t *oe, size_t *os, size_t *om)
 {
-    const size_t qb = t == GGML_TYPE_Q8_0 ? 512 : 256, eb = t == GGML_TYPE_Q5_0 ? 64 : 0;
+    const size_t qb = t == GGML_TYPE_Q8_0 ? 512 : 256, eb = r_five(t) ? 64 : 0;
     const size_t base = (size_t)(b / 2) * r_ppair(t), odd = (size_t)(b & 1);
     *oq = base + odd * qb;
     *oe = base + 2 * qb + odd * eb;
     *os = base + 2 * (qb + eb) + odd * 32;
+    *om = base + 2 * (qb + eb) + 64 + odd * 32;
 }
 
 /* The bytes of a packed group of nb blocks. */
@@ -587,10 +645,10 @@ AF_TARGET_AVX512 static void r_pack_rows(uint32_t t, const uint8_t *W, size_t wb
         uint8_t *og = out + (size_t)g * gbytes;
         memset(og, 0, gbytes); /* an odd last block's unused half */
         for (int64_t b = 0; b < nb; b++) {
-            size_t oq, oe, os;
-            r_poffs(t, b, &oq, &oe, &os);
+            size_t oq, oe, os, om;
+            r_poffs(t, b, &oq, &oe, &os, &om);
             __m512i T[8], P[4];
-            __mmask64 K[8];
+            __mmask64 K[8] = {0};
             if (t == GGML_TYPE_Q8_0) {
                 r_block(t, rp, b, T);
                 for (int i = 0; i < 8; i++)
@@ -599,21 +657,25 @@ AF_TARGET_AVX512 static void r_pack_rows(uint32_t t, const uint8_t *W, size_t wb
                 r_block_parts(t, rp, b, T, P, K);
                 for (int i = 0; i < 4; i++)
                     _mm512_storeu_si512(og + oq + 64 * i, P[i]);
-                if (t == GGML_TYPE_Q5_0)
+                if (r_five(t))
                     memcpy(og + oe, K, sizeof K);
             }
-            for (int j = 0; j < 16; j++) /* each block starts with its fp16 scale */
+            for (int j = 0; j < 16; j++) { /* each block starts with its fp16 scale (and min) */
                 memcpy(og + os + 2 * j, rp[j] + (size_t)b * bsz, 2);
+                if (r_has_min(t))
+                    memcpy(og + om + 2 * j, rp[j] + (size_t)b * bsz + 2, 2);
+            }
         }
     }
 }
 
-/* Block b of a packed group: what r_block and the scale loads give for the 16 rows. */
+/* Block b of a packed group: what r_block and the scale (and minimum) loads give for the 16
+ * rows. */
 AF_TARGET_AVX512 static AF_INLINE void r_pblock(uint32_t t, const uint8_t *og, int64_t b,
-                                                __m512i T[8], __m512 *D)
+                                                __m512i T[8], __m512 *D, __m512 *M)
 {
-    size_t oq, oe, os;
-    r_poffs(t, b, &oq, &oe, &os);
+    size_t oq, oe, os, om;
+    r_poffs(t, b, &oq, &oe, &os, &om);
     if (t == GGML_TYPE_Q8_0) {
 #pragma GCC unroll 8
         for (int i = 0; i < 8; i++)
@@ -624,11 +686,13 @@ AF_TARGET_AVX512 static AF_INLINE void r_pblock(uint32_t t, const uint8_t *og, i
 #pragma GCC unroll 4
         for (int i = 0; i < 4; i++)
             P[i] = _mm512_load_si512(og + oq + 64 * i);
-        if (t == GGML_TYPE_Q5_0)
+        if (r_five(t))
             memcpy(K, og + oe, sizeof K);
-        r_split(P, K, t == GGML_TYPE_Q5_0, T);
+        r_split(P, K, r_five(t), T);
     }
     *D = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(og + os)));
+    if (r_has_min(t))
+        *M = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(og + om)));
 }
 
 /* r_fly on a packed group pg (64-byte aligned). */
@@ -646,13 +710,13 @@ AF_TARGET_AVX512 static AF_INLINE void r_pfly(uint32_t t, int nc, const uint8_t 
         if (c0 == 0) /* the first pass of the token chunk; the others find the group in L2 */
             r_prefetch(next, lines, per, b);
         __m512i T[8];
-        __m512 D;
-        r_pblock(t, pg, b0 + b, T, &D);
+        __m512 D, M = _mm512_setzero_ps();
+        r_pblock(t, pg, b0 + b, T, &D, &M);
 #pragma GCC unroll 8
         for (int c = 0; c < nc; c++) {
             const struct blk_q8_0 *xb = (const struct blk_q8_0 *)(X + (size_t)c * xbytes) + b0 + b;
             const int64_t i = (c0 + c) * xs->ld + b;
-            acc[c] = r_token(T, D, xb->qs, xs->corr[i], xs->d[i], acc[c]);
+            acc[c] = r_token(T, D, M, r_has_min(t), xb->qs, xs, i, acc[c]);
         }
     }
 #pragma GCC unroll 8
@@ -728,5 +792,7 @@ AF_TARGET_AVX512 static AF_INLINE void r_pmatmul(uint32_t t, const void *P, int6
 R_ENTRIES(q8_0, GGML_TYPE_Q8_0)
 R_ENTRIES(q4_0, GGML_TYPE_Q4_0)
 R_ENTRIES(q5_0, GGML_TYPE_Q5_0)
+R_ENTRIES(q4_1, GGML_TYPE_Q4_1)
+R_ENTRIES(q5_1, GGML_TYPE_Q5_1)
 
 #endif

@@ -156,7 +156,8 @@ void quant_avx2_act_q8_k(const float *x, void *y, int64_t nb);
 void quant_avx2_act_f16(const float *x, uint16_t *y, int64_t n);
 void quant_avx2_act_bf16(const float *x, uint16_t *y, int64_t n);
 
-/* The AVX2 kernels with 8 rows in the lanes: Q8_0 / Q4_0 / Q5_0 (quant_avx2_r8.c) and Q4_K /
+/* The AVX2 kernels with 8 rows in the lanes: Q8_0 / Q4_0 / Q5_0 / Q4_1 / Q5_1 (quant_avx2_r8.c)
+ * and Q4_K /
  * Q5_K / Q6_K (quant_avx2_k8.c): vec_dot, matmul, the packed form and its matmul, all with the bits
  * of the AVX-512 kernels. */
 #define QUANT_AVX2_ROWS8(name)                                                                     \
@@ -172,6 +173,8 @@ void quant_avx2_act_bf16(const float *x, uint16_t *y, int64_t n);
 QUANT_AVX2_ROWS8(q8_0)
 QUANT_AVX2_ROWS8(q4_0)
 QUANT_AVX2_ROWS8(q5_0)
+QUANT_AVX2_ROWS8(q4_1)
+QUANT_AVX2_ROWS8(q5_1)
 QUANT_AVX2_ROWS8(q4_k)
 QUANT_AVX2_ROWS8(q5_k)
 QUANT_AVX2_ROWS8(q6_k)
@@ -198,21 +201,29 @@ void quant_avx512_matmul_bf16_fma(const void *W, size_t wbytes, int64_t k, const
                                   size_t xbytes, int64_t m, float *out, int64_t ldo, int64_t r0,
                                   int64_t r1);
 
-/* The AVX-512 Q8_0 / Q4_0 / Q5_0 kernels with 16 rows in the lanes (quant_avx512_r16.c): one
- * chain per output for every batch size, the vec_dot included. */
+/* The AVX-512 Q8_0 / Q4_0 / Q5_0 / Q4_1 / Q5_1 kernels with 16 rows in the lanes
+ * (quant_avx512_r16.c): one chain per output for every batch size, the vec_dot included. */
 float quant_avx512_dot_q8_0(int64_t n, const void *w, const void *x);
 float quant_avx512_dot_q4_0(int64_t n, const void *w, const void *x);
 float quant_avx512_dot_q5_0(int64_t n, const void *w, const void *x);
+float quant_avx512_dot_q4_1(int64_t n, const void *w, const void *x);
+float quant_avx512_dot_q5_1(int64_t n, const void *w, const void *x);
 void quant_avx512_matmul_q8_0(const void *W, size_t wbytes, int64_t k, const void *X, size_t xbytes,
                               int64_t m, float *out, int64_t ldo, int64_t r0, int64_t r1);
 void quant_avx512_matmul_q4_0(const void *W, size_t wbytes, int64_t k, const void *X, size_t xbytes,
                               int64_t m, float *out, int64_t ldo, int64_t r0, int64_t r1);
 void quant_avx512_matmul_q5_0(const void *W, size_t wbytes, int64_t k, const void *X, size_t xbytes,
                               int64_t m, float *out, int64_t ldo, int64_t r0, int64_t r1);
+void quant_avx512_matmul_q4_1(const void *W, size_t wbytes, int64_t k, const void *X, size_t xbytes,
+                              int64_t m, float *out, int64_t ldo, int64_t r0, int64_t r1);
+void quant_avx512_matmul_q5_1(const void *W, size_t wbytes, int64_t k, const void *X, size_t xbytes,
+                              int64_t m, float *out, int64_t ldo, int64_t r0, int64_t r1);
 
 size_t quant_avx512_pack_q8_0(const void *W, size_t wbytes, int64_t rows, int64_t k, void *out);
 size_t quant_avx512_pack_q4_0(const void *W, size_t wbytes, int64_t rows, int64_t k, void *out);
 size_t quant_avx512_pack_q5_0(const void *W, size_t wbytes, int64_t rows, int64_t k, void *out);
+size_t quant_avx512_pack_q4_1(const void *W, size_t wbytes, int64_t rows, int64_t k, void *out);
+size_t quant_avx512_pack_q5_1(const void *W, size_t wbytes, int64_t rows, int64_t k, void *out);
 void quant_avx512_matmul_packed_q8_0(const void *P, int64_t rows, int64_t k, const void *X,
                                      size_t xbytes, int64_t m, float *out, int64_t ldo, int64_t r0,
                                      int64_t r1);
@@ -220,6 +231,12 @@ void quant_avx512_matmul_packed_q4_0(const void *P, int64_t rows, int64_t k, con
                                      size_t xbytes, int64_t m, float *out, int64_t ldo, int64_t r0,
                                      int64_t r1);
 void quant_avx512_matmul_packed_q5_0(const void *P, int64_t rows, int64_t k, const void *X,
+                                     size_t xbytes, int64_t m, float *out, int64_t ldo, int64_t r0,
+                                     int64_t r1);
+void quant_avx512_matmul_packed_q4_1(const void *P, int64_t rows, int64_t k, const void *X,
+                                     size_t xbytes, int64_t m, float *out, int64_t ldo, int64_t r0,
+                                     int64_t r1);
+void quant_avx512_matmul_packed_q5_1(const void *P, int64_t rows, int64_t k, const void *X,
                                      size_t xbytes, int64_t m, float *out, int64_t ldo, int64_t r0,
                                      int64_t r1);
 

@@ -16,6 +16,8 @@ static inline size_t quant_b32_bytes(uint32_t t)
 {
     return t == GGML_TYPE_Q8_0   ? sizeof(struct blk_q8_0)
            : t == GGML_TYPE_Q4_0 ? sizeof(struct blk_q4_0)
+           : t == GGML_TYPE_Q4_1 ? sizeof(struct blk_q4_1)
+           : t == GGML_TYPE_Q5_1 ? sizeof(struct blk_q5_1)
                                  : sizeof(struct blk_q5_0);
 }
 
