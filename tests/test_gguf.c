@@ -1014,6 +1014,13 @@ static void test_bad_tensors(void **state)
     expect_fail(&b, "'t.unknown'", "unknown tensor type 99");
     one_tensor(&b, "t.q2k", 2, (const uint64_t[]){256, 1}, GGML_TYPE_Q2_K, 0, 256);
     expect_fail(&b, "'t.q2k'", "Q2_K");
+    one_tensor(&b, "t.iq4", 2, (const uint64_t[]){256, 1}, 23, 0, 256);
+    expect_fail(&b, "'t.iq4'", "tensor type IQ4_XS (23) is not supported: the engine reads F32");
+    expect_fail(&b, "IQ4_XS", "makes one from an F16, BF16 or F32 GGUF");
+    one_tensor(&b, "t.mx", 2, (const uint64_t[]){32, 1}, 39, 0, 256);
+    expect_fail(&b, "'t.mx'", "MXFP4 (39)");
+    one_tensor(&b, "t.gap", 2, ne4, 31, 0, 256);
+    expect_fail(&b, "'t.gap'", "unknown tensor type 31");
     one_tensor(&b, "t.blk", 2, (const uint64_t[]){48, 2}, GGML_TYPE_Q8_0, 0, 256);
     expect_fail(&b, "'t.blk'", "ne[0] = 48 is not a multiple");
     one_tensor(&b, "t.neg", 2, (const uint64_t[]){32, (uint64_t)-1}, GGML_TYPE_F32, 0, 256);

@@ -99,7 +99,7 @@ static int fail(const struct rd *r, const char *ctx, size_t at, const char *fmt,
     AF_PRINTF(4, 5);
 static int fail(const struct rd *r, const char *ctx, size_t at, const char *fmt, ...)
 {
-    char msg[256];
+    char msg[512];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
@@ -348,8 +348,11 @@ static int check_tensor(const struct rd *r, const struct gguf_file *g, struct gg
     if (t->type >= GGML_TYPE_COUNT || strcmp(quant_type_name(t->type), "?") == 0)
         return fail(r, ctx, at, "unknown tensor type %" PRIu32, t->type);
     if (!quant_type_supported(t->type))
-        return fail(r, ctx, at, "tensor type %s (%" PRIu32 ") is not supported",
-                    quant_type_name(t->type), t->type);
+        return fail(r, ctx, at,
+                    "tensor type %s (%" PRIu32 ") is not supported: the engine reads %s (the "
+                    "Q4_K_M, Q5_K_M, Q6_K and Q8_0 files among them); `agentflow model quantize` "
+                    "makes one from an F16, BF16 or F32 GGUF",
+                    quant_type_name(t->type), t->type, quant_supported_names());
     int64_t blk = quant_block_elems(t->type);
     if (t->ne[0] % blk != 0)
         return fail(r, ctx, at,

@@ -43,6 +43,8 @@ int quant_type_supported(uint32_t t);
 const char *quant_type_name(uint32_t t);
 /* Case-insensitive name to id ("q4_k", "Q8_0", "bf16"); -1 when unknown. */
 int quant_type_from_name(const char *name);
+/* The weight types the engine reads, as a list for messages (static). */
+const char *quant_supported_names(void);
 /* Elements per block (1 for F32/F16/BF16, 32, or 256 for the K-quants); 0 if unsupported. */
 int64_t quant_block_elems(uint32_t t);
 /* Bytes per block; 0 if unsupported. */

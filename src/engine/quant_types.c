@@ -19,14 +19,39 @@ struct type_info {
  * 16; Q5_1 = d, m + 4 + 16; Q8_0 = d + 32; Q8_1 = d, s + 32. QK_K = 256 blocks: Q2_K 84,
  * Q3_K 110, Q4_K 144, Q5_K 176, Q6_K 210, Q8_K = f32 d + 256 + 16 int16 sums = 292. */
 static const struct type_info types[GGML_TYPE_COUNT] = {
-    [GGML_TYPE_F32] = {"F32", 1, 4, 1},       [GGML_TYPE_F16] = {"F16", 1, 2, 1},
-    [GGML_TYPE_Q4_0] = {"Q4_0", 32, 18, 1},   [GGML_TYPE_Q4_1] = {"Q4_1", 32, 20, 1},
-    [GGML_TYPE_Q5_0] = {"Q5_0", 32, 22, 1},   [GGML_TYPE_Q5_1] = {"Q5_1", 32, 24, 1},
-    [GGML_TYPE_Q8_0] = {"Q8_0", 32, 34, 1},   [GGML_TYPE_Q8_1] = {"Q8_1", 32, 36, 0},
-    [GGML_TYPE_Q2_K] = {"Q2_K", 256, 84, 0},  [GGML_TYPE_Q3_K] = {"Q3_K", 256, 110, 0},
-    [GGML_TYPE_Q4_K] = {"Q4_K", 256, 144, 1}, [GGML_TYPE_Q5_K] = {"Q5_K", 256, 176, 1},
-    [GGML_TYPE_Q6_K] = {"Q6_K", 256, 210, 1}, [GGML_TYPE_Q8_K] = {"Q8_K", 256, 292, 1},
+    [GGML_TYPE_F32] = {"F32", 1, 4, 1},
+    [GGML_TYPE_F16] = {"F16", 1, 2, 1},
+    [GGML_TYPE_Q4_0] = {"Q4_0", 32, 18, 1},
+    [GGML_TYPE_Q4_1] = {"Q4_1", 32, 20, 1},
+    [GGML_TYPE_Q5_0] = {"Q5_0", 32, 22, 1},
+    [GGML_TYPE_Q5_1] = {"Q5_1", 32, 24, 1},
+    [GGML_TYPE_Q8_0] = {"Q8_0", 32, 34, 1},
+    [GGML_TYPE_Q8_1] = {"Q8_1", 32, 36, 0},
+    [GGML_TYPE_Q2_K] = {"Q2_K", 256, 84, 0},
+    [GGML_TYPE_Q3_K] = {"Q3_K", 256, 110, 0},
+    [GGML_TYPE_Q4_K] = {"Q4_K", 256, 144, 1},
+    [GGML_TYPE_Q5_K] = {"Q5_K", 256, 176, 1},
+    [GGML_TYPE_Q6_K] = {"Q6_K", 256, 210, 1},
+    [GGML_TYPE_Q8_K] = {"Q8_K", 256, 292, 1},
     [GGML_TYPE_BF16] = {"BF16", 1, 2, 1},
+    /* ggml's other types, named so that a file holding one gets an error that says which */
+    [16] = {"IQ2_XXS", 256, 66, 0},
+    [17] = {"IQ2_XS", 256, 74, 0},
+    [18] = {"IQ3_XXS", 256, 98, 0},
+    [19] = {"IQ1_S", 256, 50, 0},
+    [20] = {"IQ4_NL", 32, 18, 0},
+    [21] = {"IQ3_S", 256, 110, 0},
+    [22] = {"IQ2_S", 256, 82, 0},
+    [23] = {"IQ4_XS", 256, 136, 0},
+    [24] = {"I8", 1, 1, 0},
+    [25] = {"I16", 1, 2, 0},
+    [26] = {"I32", 1, 4, 0},
+    [27] = {"I64", 1, 8, 0},
+    [28] = {"F64", 1, 8, 0},
+    [29] = {"IQ1_M", 256, 56, 0},
+    [34] = {"TQ1_0", 256, 54, 0},
+    [35] = {"TQ2_0", 256, 66, 0},
+    [39] = {"MXFP4", 32, 17, 0},
 };
 
 static const struct type_info *info(uint32_t t)
@@ -38,6 +63,11 @@ int quant_type_supported(uint32_t t)
 {
     const struct type_info *i = info(t);
     return i && i->supported;
+}
+
+const char *quant_supported_names(void)
+{
+    return "F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K and Q6_K";
 }
 
 const char *quant_type_name(uint32_t t)
