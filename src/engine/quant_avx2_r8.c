@@ -62,33 +62,16 @@ struct v_x {
     int64_t ld;
 };
 
-/* Q4_1 / Q5_1: unsigned levels and a minimum per block (w = d q + m). */
-static inline int v_has_min(uint32_t t)
-{
-    return t == GGML_TYPE_Q4_1 || t == GGML_TYPE_Q5_1;
-}
-
-static inline int v_five(uint32_t t)
-{
-    return t == GGML_TYPE_Q5_0 || t == GGML_TYPE_Q5_1;
-}
-
-/* A source block's qh (the five types) or quants: after the scale and, with one, the minimum. */
-static inline size_t v_qoff(uint32_t t)
-{
-    return v_has_min(t) ? 4 : 2;
-}
-
 /* The offset of the 8 rows' scales in a packed half (the minimums follow them). */
 static inline size_t v_sc(uint32_t t)
 {
-    return t == GGML_TYPE_Q8_0 ? 256 : v_five(t) ? 160 : 128;
+    return t == GGML_TYPE_Q8_0 ? 256 : quant_b32_five(t) ? 160 : 128;
 }
 
 /* Bytes of a half block (8 rows' block) in the packed form. */
 static inline size_t v_hb(uint32_t t)
 {
-    return v_sc(t) + (v_has_min(t) ? 32 : 16);
+    return v_sc(t) + (quant_b32_has_min(t) ? 32 : 16);
 }
 
 static inline int32_t v_bias(uint32_t t)
@@ -99,19 +82,19 @@ static inline int32_t v_bias(uint32_t t)
 /* Block b of the 8 rows rp[0..7] into its packed half o. */
 static void v_pack_half(uint32_t t, const uint8_t *const *rp, int64_t b, uint8_t *o)
 {
-    const size_t bsz = quant_b32_bytes(t), qo = v_qoff(t) + (v_five(t) ? 4 : 0);
+    const size_t bsz = quant_b32_bytes(t), qo = quant_b32_qoff(t) + (quant_b32_five(t) ? 4 : 0);
     const size_t nq = t == GGML_TYPE_Q8_0 ? 32 : 16, sc = v_sc(t);
     for (int r = 0; r < 8; r++) {
         const uint8_t *p = rp[r] + (size_t)b * bsz;
         for (size_t i = 0; i < nq / 4; i++)
             memcpy(o + 32 * i + 4 * (size_t)r, p + qo + 4 * i, 4);
         memcpy(o + sc + 2 * (size_t)r, p, 2);
-        if (v_has_min(t))
+        if (quant_b32_has_min(t))
             memcpy(o + sc + 16 + 2 * (size_t)r, p + 2, 2);
-        if (!v_five(t))
+        if (!quant_b32_five(t))
             continue;
         uint32_t qh;
-        memcpy(&qh, p + v_qoff(t), sizeof qh);
+        memcpy(&qh, p + quant_b32_qoff(t), sizeof qh);
         for (int q = 0; q < 4; q++) {
             uint8_t h = 0;
             for (int i = 0; i < 8; i++) { /* element of byte q of register i */
@@ -152,7 +135,7 @@ AF_TARGET_AVX2 static AF_INLINE __m256i v_reg(uint32_t t, const uint8_t *h, int 
     const __m256i P = _mm256_loadu_si256((const __m256i *)(h + 32 * (i & 3)));
     const __m256i m4 = _mm256_set1_epi8(0xF);
     __m256i u = i < 4 ? _mm256_and_si256(P, m4) : _mm256_and_si256(_mm256_srli_epi16(P, 4), m4);
-    if (v_five(t)) { /* bit i of H's byte to bit 4 */
+    if (quant_b32_five(t)) { /* bit i of H's byte to bit 4 */
         const __m256i H = _mm256_loadu_si256((const __m256i *)(h + 128));
         const __m256i s = i < 4    ? _mm256_slli_epi16(H, 4 - i)
                           : i == 4 ? H
@@ -205,7 +188,7 @@ AF_TARGET_AVX2 static AF_INLINE void v_tile(uint32_t t, int nc, const uint8_t *h
             }
         } else {
             /* Q4_0 / Q4_1: 8 registers in 16 bits; Q5_0 / Q5_1: two runs of 4 */
-            const int run = v_five(t) ? 4 : 8;
+            const int run = quant_b32_five(t) ? 4 : 8;
 #pragma GCC unroll 4
             for (int c = 0; c < nc; c++)
                 is[c] = _mm256_set1_epi32(xs->corr[(c0 + c) * xs->ld + b]);
@@ -230,14 +213,15 @@ AF_TARGET_AVX2 static AF_INLINE void v_tile(uint32_t t, int nc, const uint8_t *h
         }
         const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(h + v_sc(t))));
         const __m256 mw =
-            v_has_min(t) ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(h + v_sc(t) + 16)))
-                         : _mm256_setzero_ps();
+            quant_b32_has_min(t)
+                ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(h + v_sc(t) + 16)))
+                : _mm256_setzero_ps();
 #pragma GCC unroll 4
         for (int c = 0; c < nc; c++) {
             const int64_t ix = (c0 + c) * xs->ld + b;
             const __m256 dx = _mm256_set1_ps(xs->d[ix]);
             acc[c] = _mm256_fmadd_ps(_mm256_mul_ps(dw, dx), _mm256_cvtepi32_ps(is[c]), acc[c]);
-            if (v_has_min(t)) /* then the minimum's term, as the vec_dot */
+            if (quant_b32_has_min(t)) /* then the minimum's term, as the vec_dot */
                 acc[c] = _mm256_fmadd_ps(_mm256_mul_ps(mw, dx), _mm256_set1_ps(xs->s[ix]), acc[c]);
         }
     }
@@ -252,7 +236,7 @@ AF_TARGET_AVX2 static void v_prep_x(uint32_t t, const uint8_t *X, size_t xbytes,
 {
     s->ld = kc;
     quant_b32_terms(X, xbytes, tc, b0, kc, v_bias(t), s->corr, s->d);
-    if (v_has_min(t))
+    if (quant_b32_has_min(t))
         for (int64_t c = 0; c < tc; c++) {
             const struct blk_q8_0 *xb = (const struct blk_q8_0 *)(X + (size_t)c * xbytes) + b0;
             for (int64_t b = 0; b < kc; b++)
@@ -352,12 +336,12 @@ AF_TARGET_AVX2 static AF_INLINE float v_dot(uint32_t t, int64_t n, const void *w
         if (t == GGML_TYPE_Q8_0) {
             q = _mm256_loadu_si256((const __m256i *)(p + 2));
         } else {
-            const __m128i v =
-                _mm_loadu_si128((const __m128i *)(p + v_qoff(t) + (v_five(t) ? 4 : 0)));
+            const __m128i v = _mm_loadu_si128(
+                (const __m128i *)(p + quant_b32_qoff(t) + (quant_b32_five(t) ? 4 : 0)));
             q = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(v, 4), v), _mm256_set1_epi8(0xF));
-            if (v_five(t)) { /* bytes whose qh bit is set get 16 */
+            if (quant_b32_five(t)) { /* bytes whose qh bit is set get 16 */
                 uint32_t qh;
-                memcpy(&qh, p + v_qoff(t), sizeof qh);
+                memcpy(&qh, p + quant_b32_qoff(t), sizeof qh);
                 const __m256i sh = _mm256_setr_epi64x(0, 0x0101010101010101, 0x0202020202020202,
                                                       0x0303030303030303);
                 __m256i bb = _mm256_shuffle_epi8(_mm256_set1_epi32((int)qh), sh);
@@ -379,7 +363,7 @@ AF_TARGET_AVX2 static AF_INLINE float v_dot(uint32_t t, int64_t n, const void *w
         const __m128 dx = _mm_set_ss(_cvtsh_ss(xb[b].d));
         const __m128 sc = _mm_mul_ss(_mm_set_ss(_cvtsh_ss(d)), dx);
         acc = _mm_fmadd_ss(sc, _mm_set_ss((float)_mm_cvtsi128_si32(h)), acc);
-        if (v_has_min(t)) { /* then m dx (the sum of x), the product rounded once */
+        if (quant_b32_has_min(t)) { /* then m dx (the sum of x), the product rounded once */
             memcpy(&d, p + 2, sizeof d);
             acc = _mm_fmadd_ss(_mm_mul_ss(_mm_set_ss(_cvtsh_ss(d)), dx),
                                _mm_set_ss((float)quant_b32_sum(xb[b].qs)), acc);

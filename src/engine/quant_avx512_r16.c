@@ -71,26 +71,8 @@ AF_TARGET_AVX512 static AF_INLINE int32_t load_i32(const void *p)
     return v;
 }
 
-/* Q4_1 / Q5_1: unsigned levels and a minimum per block (w = d q + m), so no bias. */
-static inline int r_has_min(uint32_t t)
-{
-    return t == GGML_TYPE_Q4_1 || t == GGML_TYPE_Q5_1;
-}
-
-/* The nibble types with a fifth bit (qh) */
-static inline int r_five(uint32_t t)
-{
-    return t == GGML_TYPE_Q5_0 || t == GGML_TYPE_Q5_1;
-}
-
-/* The byte offset of a block's quants (Q8_0, Q4_0, Q4_1) or of its qh then quants (Q5_0,
- * Q5_1): after the fp16 scale and, with a minimum, the fp16 minimum. */
-static inline size_t r_qoff(uint32_t t)
-{
-    return r_has_min(t) ? 4 : 2;
-}
-
-/* The bias B of the unsigned form (above) of weight type t. */
+/* The bias B of the unsigned form (above) of weight type t (none for Q4_1 / Q5_1, whose levels
+ * are unsigned). */
 static inline int32_t r_bias(uint32_t t)
 {
     return t == GGML_TYPE_Q8_0 ? 128 : t == GGML_TYPE_Q4_0 ? 8 : t == GGML_TYPE_Q5_0 ? 16 : 0;
@@ -102,14 +84,14 @@ AF_TARGET_AVX512 static AF_INLINE __m256i r_u(uint32_t t, const uint8_t *p)
     if (t == GGML_TYPE_Q8_0)
         return _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(p + 2)),
                                 _mm256_set1_epi8((char)0x80));
-    const uint8_t *qs = p + r_qoff(t) + (r_five(t) ? 4 : 0);
+    const uint8_t *qs = p + quant_b32_qoff(t) + (quant_b32_five(t) ? 4 : 0);
     const __m128i v = _mm_loadu_si128((const __m128i *)qs);
     const __m256i q =
         _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(v, 4), v), _mm256_set1_epi8(0xF));
-    if (!r_five(t))
+    if (!quant_b32_five(t))
         return q;
     uint32_t qh;
-    memcpy(&qh, p + r_qoff(t), sizeof qh);
+    memcpy(&qh, p + quant_b32_qoff(t), sizeof qh);
     return _mm256_mask_add_epi8(q, (__mmask32)qh, q, _mm256_set1_epi8(16));
 }
 
@@ -135,7 +117,8 @@ AF_TARGET_AVX512 static AF_INLINE float r_dot(uint32_t t, int64_t n, const void 
         const __m128 dx = _mm_set_ss(_cvtsh_ss(xb[b].d));
         const __m128 s = _mm_mul_ss(_mm_set_ss(_cvtsh_ss(d)), dx);
         acc = _mm_fmadd_ss(s, _mm_set_ss((float)isum), acc);
-        if (r_has_min(t)) { /* then the minimum's term, m dx (sum of x), its product rounded */
+        if (quant_b32_has_min(
+                t)) { /* then the minimum's term, m dx (sum of x), its product rounded */
             memcpy(&d, p + 2, sizeof d);
             acc =
                 _mm_fmadd_ss(_mm_mul_ss(_mm_set_ss(_cvtsh_ss(d)), dx), _mm_set_ss((float)sx), acc);
@@ -180,7 +163,7 @@ AF_TARGET_AVX512 static AF_INLINE void r_block_parts(uint32_t t, const uint8_t *
     if (t == GGML_TYPE_Q4_0 || t == GGML_TYPE_Q4_1) {
         /* Transpose the packed nibbles (4 dwords a row), then split them: dword i's low
          * nibbles are elements 4i..4i+3, its high ones 16+4i..16+4i+3 (the token's dword 4+i). */
-        const size_t o = (size_t)b * quant_b32_bytes(t) + r_qoff(t);
+        const size_t o = (size_t)b * quant_b32_bytes(t) + quant_b32_qoff(t);
         __m512i P[4];
         q16_t16(rp, o, P);
         if (Pout) {
@@ -191,9 +174,9 @@ AF_TARGET_AVX512 static AF_INLINE void r_block_parts(uint32_t t, const uint8_t *
         return;
     }
     __m512i a[8], u[8];
-    if (r_five(t)) {
+    if (quant_b32_five(t)) {
         /* The 20 bytes of qh and qs (5 dwords a row, masked loads: nothing past the block) */
-        const size_t o = (size_t)b * quant_b32_bytes(t) + r_qoff(t);
+        const size_t o = (size_t)b * quant_b32_bytes(t) + quant_b32_qoff(t);
 #pragma GCC unroll 8
         for (int j = 0; j < 8; j++)
             a[j] = _mm512_inserti64x4(
@@ -204,7 +187,7 @@ AF_TARGET_AVX512 static AF_INLINE void r_block_parts(uint32_t t, const uint8_t *
     }
     /* a[j]'s 128-bit lanes: row j dwords 0-3, 4-7, row j + 8 dwords 0-3, 4-7. */
     q16_unpack(a, u);
-    if (r_five(t)) {
+    if (quant_b32_five(t)) {
         /* Dword 0 is qh, dwords 1-4 the packed nibbles; split them as Q4_0's, then add 16
          * where the element's qh bit is set: element 4i + k (16 + 4i + k) takes bit k of
          * nibble i % 2 of qh's byte i / 2 (2 + i / 2), copied to the dword's bytes. */
@@ -390,7 +373,7 @@ AF_TARGET_AVX512 static void r_prep_x(uint32_t t, const uint8_t *X, size_t xbyte
     for (int64_t c = 0; c < tc; c++) {
         const struct blk_q8_0 *xb = (const struct blk_q8_0 *)(X + (size_t)c * xbytes) + b0;
         int64_t b = 0;
-        float *sums = r_has_min(t) ? s->s + c * kc : NULL;
+        float *sums = quant_b32_has_min(t) ? s->s + c * kc : NULL;
         for (; b + 16 <= kc; b += 16)
             r_terms16(xb + b, 16, bias, s->corr + c * kc + b, s->d + c * kc + b,
                       sums ? sums + b : NULL);
@@ -437,7 +420,7 @@ AF_TARGET_AVX512 static AF_INLINE void r_fly(uint32_t t, int nc, const uint8_t *
 #pragma GCC unroll 8
     for (int c = 0; c < nc; c++)
         acc[c] = first ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(mk, out + c * ldo);
-    const int mn = r_has_min(t);
+    const int mn = quant_b32_has_min(t);
     for (int64_t b4 = 0; b4 < kc; b4 += 4) {
         __m512 D[4], M[4] = {0};
         const int nq = kc - b4 < 4 ? (int)(kc - b4) : 4;
@@ -541,12 +524,12 @@ AF_TARGET_AVX512 static AF_INLINE void r_group(uint32_t t, const uint8_t *W, siz
         const int nq = kc - b4 < 4 ? (int)(kc - b4) : 4;
         if (nq == 4) {
             r_scales4(t, rp, b0 + b4, 0, &P->d[b4]);
-            if (r_has_min(t))
+            if (quant_b32_has_min(t))
                 r_scales4(t, rp, b0 + b4, 2, &P->m[b4]);
         } else {
             for (int q = 0; q < nq; q++) {
                 P->d[b4 + q] = r_scales1(t, rp, gidx, b0 + b4 + q, 0);
-                if (r_has_min(t))
+                if (quant_b32_has_min(t))
                     P->m[b4 + q] = r_scales1(t, rp, gidx, b0 + b4 + q, 2);
             }
         }
@@ -559,7 +542,8 @@ AF_TARGET_AVX512 static AF_INLINE void r_group(uint32_t t, const uint8_t *W, siz
         const int nc = tc - c0 < R_C ? (int)(tc - c0) : R_C;
         const uint8_t *Xc = X + (size_t)c0 * xbytes;
         float *oc = o + c0 * ldo;
-#define R_PACKED(n) r_packed(n, r_has_min(t), P, b0, kc, Xc, xbytes, xs, c0, first, oc, ldo, mk)
+#define R_PACKED(n)                                                                                \
+    r_packed(n, quant_b32_has_min(t), P, b0, kc, Xc, xbytes, xs, c0, first, oc, ldo, mk)
         QUANT_NC_CASES(R_PACKED)
 #undef R_PACKED
     }
@@ -617,7 +601,7 @@ static inline size_t r_ppair(uint32_t t)
 
 static inline void r_poffs(uint32_t t, int64_t b, size_t *oq, size_t *oe, size_t *os, size_t *om)
 {
-    const size_t qb = t == GGML_TYPE_Q8_0 ? 512 : 256, eb = r_five(t) ? 64 : 0;
+    const size_t qb = t == GGML_TYPE_Q8_0 ? 512 : 256, eb = quant_b32_five(t) ? 64 : 0;
     const size_t base = (size_t)(b / 2) * r_ppair(t), odd = (size_t)(b & 1);
     *oq = base + odd * qb;
     *oe = base + 2 * qb + odd * eb;
@@ -657,12 +641,12 @@ AF_TARGET_AVX512 static void r_pack_rows(uint32_t t, const uint8_t *W, size_t wb
                 r_block_parts(t, rp, b, T, P, K);
                 for (int i = 0; i < 4; i++)
                     _mm512_storeu_si512(og + oq + 64 * i, P[i]);
-                if (r_five(t))
+                if (quant_b32_five(t))
                     memcpy(og + oe, K, sizeof K);
             }
             for (int j = 0; j < 16; j++) { /* each block starts with its fp16 scale (and min) */
                 memcpy(og + os + 2 * j, rp[j] + (size_t)b * bsz, 2);
-                if (r_has_min(t))
+                if (quant_b32_has_min(t))
                     memcpy(og + om + 2 * j, rp[j] + (size_t)b * bsz + 2, 2);
             }
         }
@@ -686,12 +670,12 @@ AF_TARGET_AVX512 static AF_INLINE void r_pblock(uint32_t t, const uint8_t *og, i
 #pragma GCC unroll 4
         for (int i = 0; i < 4; i++)
             P[i] = _mm512_load_si512(og + oq + 64 * i);
-        if (r_five(t))
+        if (quant_b32_five(t))
             memcpy(K, og + oe, sizeof K);
-        r_split(P, K, r_five(t), T);
+        r_split(P, K, quant_b32_five(t), T);
     }
     *D = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(og + os)));
-    if (r_has_min(t))
+    if (quant_b32_has_min(t))
         *M = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(og + om)));
 }
 
@@ -716,7 +700,7 @@ AF_TARGET_AVX512 static AF_INLINE void r_pfly(uint32_t t, int nc, const uint8_t 
         for (int c = 0; c < nc; c++) {
             const struct blk_q8_0 *xb = (const struct blk_q8_0 *)(X + (size_t)c * xbytes) + b0 + b;
             const int64_t i = (c0 + c) * xs->ld + b;
-            acc[c] = r_token(T, D, M, r_has_min(t), xb->qs, xs, i, acc[c]);
+            acc[c] = r_token(T, D, M, quant_b32_has_min(t), xb->qs, xs, i, acc[c]);
         }
     }
 #pragma GCC unroll 8

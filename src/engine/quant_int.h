@@ -156,20 +156,22 @@ void quant_avx2_act_q8_k(const float *x, void *y, int64_t nb);
 void quant_avx2_act_f16(const float *x, uint16_t *y, int64_t n);
 void quant_avx2_act_bf16(const float *x, uint16_t *y, int64_t n);
 
+/* The four entry points of a quantized type's row kernels under one ISA (isa: avx2, avx512):
+ * vec_dot, matmul, the packed form and its matmul. */
+#define QUANT_ROW_KERNELS(isa, name)                                                               \
+    float quant_##isa##_dot_##name(int64_t n, const void *w, const void *x);                       \
+    void quant_##isa##_matmul_##name(const void *W, size_t wbytes, int64_t k, const void *X,       \
+                                     size_t xbytes, int64_t m, float *out, int64_t ldo,            \
+                                     int64_t r0, int64_t r1);                                      \
+    size_t quant_##isa##_pack_##name(const void *W, size_t wbytes, int64_t rows, int64_t k,        \
+                                     void *out);                                                   \
+    void quant_##isa##_matmul_packed_##name(const void *P, int64_t rows, int64_t k, const void *X, \
+                                            size_t xbytes, int64_t m, float *out, int64_t ldo,     \
+                                            int64_t r0, int64_t r1);
+
 /* The AVX2 kernels with 8 rows in the lanes: Q8_0 / Q4_0 / Q5_0 / Q4_1 / Q5_1 (quant_avx2_r8.c)
- * and Q4_K /
- * Q5_K / Q6_K (quant_avx2_k8.c): vec_dot, matmul, the packed form and its matmul, all with the bits
- * of the AVX-512 kernels. */
-#define QUANT_AVX2_ROWS8(name)                                                                     \
-    float quant_avx2_dot_##name(int64_t n, const void *w, const void *x);                          \
-    void quant_avx2_matmul_##name(const void *W, size_t wbytes, int64_t k, const void *X,          \
-                                  size_t xbytes, int64_t m, float *out, int64_t ldo, int64_t r0,   \
-                                  int64_t r1);                                                     \
-    size_t quant_avx2_pack_##name(const void *W, size_t wbytes, int64_t rows, int64_t k,           \
-                                  void *out);                                                      \
-    void quant_avx2_matmul_packed_##name(const void *P, int64_t rows, int64_t k, const void *X,    \
-                                         size_t xbytes, int64_t m, float *out, int64_t ldo,        \
-                                         int64_t r0, int64_t r1);
+ * and Q4_K / Q5_K / Q6_K (quant_avx2_k8.c), all with the bits of the AVX-512 kernels. */
+#define QUANT_AVX2_ROWS8(name) QUANT_ROW_KERNELS(avx2, name)
 QUANT_AVX2_ROWS8(q8_0)
 QUANT_AVX2_ROWS8(q4_0)
 QUANT_AVX2_ROWS8(q5_0)
@@ -203,42 +205,14 @@ void quant_avx512_matmul_bf16_fma(const void *W, size_t wbytes, int64_t k, const
 
 /* The AVX-512 Q8_0 / Q4_0 / Q5_0 / Q4_1 / Q5_1 kernels with 16 rows in the lanes
  * (quant_avx512_r16.c): one chain per output for every batch size, the vec_dot included. */
-float quant_avx512_dot_q8_0(int64_t n, const void *w, const void *x);
-float quant_avx512_dot_q4_0(int64_t n, const void *w, const void *x);
-float quant_avx512_dot_q5_0(int64_t n, const void *w, const void *x);
-float quant_avx512_dot_q4_1(int64_t n, const void *w, const void *x);
-float quant_avx512_dot_q5_1(int64_t n, const void *w, const void *x);
-void quant_avx512_matmul_q8_0(const void *W, size_t wbytes, int64_t k, const void *X, size_t xbytes,
-                              int64_t m, float *out, int64_t ldo, int64_t r0, int64_t r1);
-void quant_avx512_matmul_q4_0(const void *W, size_t wbytes, int64_t k, const void *X, size_t xbytes,
-                              int64_t m, float *out, int64_t ldo, int64_t r0, int64_t r1);
-void quant_avx512_matmul_q5_0(const void *W, size_t wbytes, int64_t k, const void *X, size_t xbytes,
-                              int64_t m, float *out, int64_t ldo, int64_t r0, int64_t r1);
-void quant_avx512_matmul_q4_1(const void *W, size_t wbytes, int64_t k, const void *X, size_t xbytes,
-                              int64_t m, float *out, int64_t ldo, int64_t r0, int64_t r1);
-void quant_avx512_matmul_q5_1(const void *W, size_t wbytes, int64_t k, const void *X, size_t xbytes,
-                              int64_t m, float *out, int64_t ldo, int64_t r0, int64_t r1);
-
-size_t quant_avx512_pack_q8_0(const void *W, size_t wbytes, int64_t rows, int64_t k, void *out);
-size_t quant_avx512_pack_q4_0(const void *W, size_t wbytes, int64_t rows, int64_t k, void *out);
-size_t quant_avx512_pack_q5_0(const void *W, size_t wbytes, int64_t rows, int64_t k, void *out);
-size_t quant_avx512_pack_q4_1(const void *W, size_t wbytes, int64_t rows, int64_t k, void *out);
-size_t quant_avx512_pack_q5_1(const void *W, size_t wbytes, int64_t rows, int64_t k, void *out);
-void quant_avx512_matmul_packed_q8_0(const void *P, int64_t rows, int64_t k, const void *X,
-                                     size_t xbytes, int64_t m, float *out, int64_t ldo, int64_t r0,
-                                     int64_t r1);
-void quant_avx512_matmul_packed_q4_0(const void *P, int64_t rows, int64_t k, const void *X,
-                                     size_t xbytes, int64_t m, float *out, int64_t ldo, int64_t r0,
-                                     int64_t r1);
-void quant_avx512_matmul_packed_q5_0(const void *P, int64_t rows, int64_t k, const void *X,
-                                     size_t xbytes, int64_t m, float *out, int64_t ldo, int64_t r0,
-                                     int64_t r1);
-void quant_avx512_matmul_packed_q4_1(const void *P, int64_t rows, int64_t k, const void *X,
-                                     size_t xbytes, int64_t m, float *out, int64_t ldo, int64_t r0,
-                                     int64_t r1);
-void quant_avx512_matmul_packed_q5_1(const void *P, int64_t rows, int64_t k, const void *X,
-                                     size_t xbytes, int64_t m, float *out, int64_t ldo, int64_t r0,
-                                     int64_t r1);
+#define QUANT_AVX512_ROWS16(name) QUANT_ROW_KERNELS(avx512, name)
+QUANT_AVX512_ROWS16(q8_0)
+QUANT_AVX512_ROWS16(q4_0)
+QUANT_AVX512_ROWS16(q5_0)
+QUANT_AVX512_ROWS16(q4_1)
+QUANT_AVX512_ROWS16(q5_1)
+#undef QUANT_AVX512_ROWS16
+#undef QUANT_ROW_KERNELS
 
 /* F16 / BF16 / F32 packed with 16 rows in the lanes, [k][16] a group (quant_avx512_fpack.c): the
  * row-major kernels' bits (a lone F32 token the AVX2 dot's, the halves' the batch chain). */

@@ -11,7 +11,7 @@
 
 #include "engine/quant_int.h"
 
-/* Bytes of a block of Q8_0, Q4_0 or Q5_0 (t is one of them). */
+/* Bytes of a block of Q8_0, Q4_0, Q4_1, Q5_0 or Q5_1 (t is one of them). */
 static inline size_t quant_b32_bytes(uint32_t t)
 {
     return t == GGML_TYPE_Q8_0   ? sizeof(struct blk_q8_0)
@@ -19,6 +19,25 @@ static inline size_t quant_b32_bytes(uint32_t t)
            : t == GGML_TYPE_Q4_1 ? sizeof(struct blk_q4_1)
            : t == GGML_TYPE_Q5_1 ? sizeof(struct blk_q5_1)
                                  : sizeof(struct blk_q5_0);
+}
+
+/* Q4_1 / Q5_1: unsigned levels and a minimum per block (w = d q + m). */
+static inline int quant_b32_has_min(uint32_t t)
+{
+    return t == GGML_TYPE_Q4_1 || t == GGML_TYPE_Q5_1;
+}
+
+/* The nibble types with a fifth bit (qh). */
+static inline int quant_b32_five(uint32_t t)
+{
+    return t == GGML_TYPE_Q5_0 || t == GGML_TYPE_Q5_1;
+}
+
+/* The byte offset of a block's quants (Q8_0, Q4_0, Q4_1) or of its qh then quants (Q5_0,
+ * Q5_1): after the fp16 scale and, with a minimum, the fp16 minimum. */
+static inline size_t quant_b32_qoff(uint32_t t)
+{
+    return quant_b32_has_min(t) ? 4 : 2;
 }
 
 /* The sum of a block's 32 signed bytes, exact: sad against zero sums x + 128 in four lanes. */
